@@ -1,0 +1,113 @@
+"""The one contract every backend implements, and the settings every deployment shares.
+
+A backend serves one deployment: a model on an engine (in-process llama.cpp or vLLM) or
+behind a remote API. The gateway talks to it only through :class:`Backend`:
+
+* ``chat`` / ``completion`` answer a whole request;
+* ``chat_stream`` / ``completion_stream`` yield OpenAI chunks as they are produced. The
+  last chunk of every stream carries ``usage`` (with ``choices: []``); the gateway forwards
+  it only when the client asked for it, and always uses it for accounting;
+* ``stats`` returns live figures for routing and metrics, without I/O;
+* ``start`` / ``aclose`` acquire and release the engine or connection pool.
+
+Errors are raised as :mod:`gateway.errors` classes; each backend maps its own failures in
+a private ``_map_errors`` step. Cancelling a stream's consumer (client disconnect) must stop
+the work it started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+)
+
+
+class Price(BaseModel):
+    """What a deployment costs, in dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_1m: float = Field(default=0.0, ge=0)
+    output_per_1m: float = Field(default=0.0, ge=0)
+
+
+class DeploymentSettings(BaseModel):
+    """Fields every deployment has; each backend adds its own and a ``backend`` literal."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:/-]+$")
+    model: str = Field(min_length=1)
+    price: Price | None = None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a deployment can serve; the router filters on these."""
+
+    chat: bool = True
+    completions: bool = True
+    embeddings: bool = False
+    tools: bool = False
+    json_schema: bool = False
+    images: bool = False
+    context_length: int | None = None
+
+
+@dataclass(frozen=True)
+class LiveStats:
+    """Live figures a backend reports without I/O. ``None`` means "not measured here"."""
+
+    in_flight: int = 0
+    queue_depth: int = 0
+    slots_busy: int | None = None
+    slots_total: int | None = None
+    kv_used: int | None = None
+    kv_total: int | None = None
+    prefill_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One deployment behind one engine or API."""
+
+    @property
+    def name(self) -> str:
+        """The deployment's name, unique in the config."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    async def start(self) -> None:
+        """Load the engine or open connections; called once before serving."""
+        ...
+
+    async def chat(self, request: ChatCompletionRequest) -> ChatCompletion: ...
+
+    def chat_stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
+        """Yield chunks; the last one has ``choices == []`` and ``usage`` set."""
+        ...
+
+    async def completion(self, request: CompletionRequest) -> Completion: ...
+
+    def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+        """Yield text-completion chunks; the last one has ``choices == []`` and ``usage``."""
+        ...
+
+    def stats(self) -> LiveStats: ...
+
+    async def aclose(self) -> None:
+        """Stop work and release memory or connections."""
+        ...

@@ -1,0 +1,90 @@
+"""``create_app(settings)``: the Litestar application around a :class:`Gateway`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from litestar import Litestar, Request, Response
+from litestar.exceptions import HTTPException
+
+from gateway.api import ROUTES
+from gateway.config import GatewayConfig
+from gateway.dispatch import Gateway
+from gateway.errors import GatewayError
+from gateway.middleware import RequestContextMiddleware, add_request_id
+
+log = structlog.get_logger("switchyard.app")
+
+_HTTP_TYPES = {401: "invalid_request_error", 403: "permission_error", 404: "invalid_request_error"}
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """Everything the app needs; built by the CLI or by tests."""
+
+    config: GatewayConfig
+    config_path: Path | None = None
+
+
+def create_app(settings: AppSettings, gateway: Gateway | None = None) -> Litestar:
+    """Build the app. Backends start in the lifespan and stop (releasing memory) at exit."""
+    gw = gateway or Gateway.from_config(settings.config)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.gateway = gw
+        await gw.start()
+        log.info(
+            "gateway_ready",
+            models=sorted(settings.config.models),
+            deployments=sorted(gw.backends),
+            config=str(settings.config_path or "<embedded default>"),
+        )
+        try:
+            yield
+        finally:
+            await gw.aclose()
+
+    return Litestar(
+        route_handlers=ROUTES,
+        lifespan=[lifespan],
+        middleware=[RequestContextMiddleware],
+        before_send=[add_request_id],
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            Exception: _unexpected_error,
+        },
+        openapi_config=None,
+        logging_config=None,
+    )
+
+
+def _gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Response[dict[str, Any]]:
+    return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
+
+
+def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+    status = exc.status_code
+    body = {
+        "error": {
+            "message": exc.detail,
+            "type": _HTTP_TYPES.get(
+                status, "invalid_request_error" if status < 500 else "server_error"
+            ),
+            "param": None,
+            "code": None,
+        }
+    }
+    return Response(body, status_code=status, headers=exc.headers or None)
+
+
+def _unexpected_error(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    log.exception("unhandled_error", error_type=type(exc).__name__)
+    error = GatewayError("The server had an error while processing your request.")
+    return Response(error.to_body(), status_code=500)

@@ -1,0 +1,98 @@
+"""The ``switchyard`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway.config import ConfigError, GatewayConfig, default_config, load_config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", type=Path, help="routing YAML (default: embedded demo)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(handler=_serve)
+
+    demo = sub.add_parser("demo-model", help="write a generated random-weight GGUF")
+    demo.add_argument("out", type=Path)
+    demo.add_argument("--size", choices=["tiny", "bench"], default="tiny")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(handler=_demo_model)
+
+    check = sub.add_parser("check-config", help="validate a routing YAML")
+    check.add_argument("path", type=Path)
+    check.set_defaults(handler=_check_config)
+    return parser
+
+
+def _load(path: Path | None) -> GatewayConfig | None:
+    try:
+        return load_config(path) if path is not None else default_config()
+    except ConfigError as exc:
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import AppSettings, create_app
+    from gateway.logs import configure_logging
+
+    config = _load(args.config)
+    if config is None:
+        return 2
+    configure_logging(args.log_level)
+    app = create_app(AppSettings(config=config, config_path=args.config))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_config=None,
+            log_level=args.log_level,
+            access_log=False,
+            timeout_graceful_shutdown=30,
+        )
+    )
+    server.run()
+    return 0 if server.started else 1
+
+
+def _demo_model(args: argparse.Namespace) -> int:
+    from gateway.demo_model import write_demo_model
+
+    path = write_demo_model(args.out, args.size, seed=args.seed)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, size={args.size})")
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = _load(args.path)
+    if config is None:
+        return 2
+    print(
+        f"{args.path}: ok ({len(config.deployments)} deployments, "
+        f"{len(config.models)} models: {', '.join(config.models)})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The gateway's error tree, rendered to OpenAI's error JSON by one handler.
+
+::
+
+    GatewayError (500 server_error)
+    ├── InvalidRequestError (400 invalid_request_error)
+    │   └── ContextLengthExceededError (400, code context_length_exceeded)
+    ├── AuthenticationError (401)
+    ├── PermissionDeniedError (403)
+    ├── NotFoundError (404)
+    │   └── ModelNotFoundError (404, code model_not_found)
+    ├── RateLimitError (429)
+    ├── UpstreamError (502, keeps the upstream's status, body and retry-after)
+    ├── ServiceUnavailableError (503)
+    └── UpstreamTimeoutError (504)
+
+Every error knows its HTTP status, OpenAI ``type`` and ``code``, the request
+``param`` it concerns, and whether a client retry can help (``x-should-retry``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway reports to a client."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+    retryable: ClassVar[bool | None] = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+        should_retry: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.retry_after = retry_after
+        self.should_retry = should_retry if should_retry is not None else self.retryable
+
+    def to_body(self) -> dict[str, Any]:
+        """OpenAI's error object: every key present, ``param`` and ``code`` nullable."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def headers(self) -> dict[str, str]:
+        """Headers that tell an OpenAI SDK client whether and when to retry."""
+        out: dict[str, str] = {}
+        if self.retry_after is not None:
+            out["retry-after"] = str(max(1, round(self.retry_after)))
+            out["retry-after-ms"] = str(max(1, round(self.retry_after * 1000)))
+        if self.should_retry is not None:
+            out["x-should-retry"] = "true" if self.should_retry else "false"
+        return out
+
+
+class InvalidRequestError(GatewayError):
+    status_code = 400
+    error_type = "invalid_request_error"
+    retryable = False
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    default_code = "context_length_exceeded"
+
+
+class AuthenticationError(GatewayError):
+    status_code = 401
+    error_type = "invalid_request_error"
+    default_code = "invalid_api_key"
+    retryable = False
+
+
+class PermissionDeniedError(GatewayError):
+    status_code = 403
+    error_type = "permission_error"
+    retryable = False
+
+
+class NotFoundError(GatewayError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    retryable = False
+
+
+class ModelNotFoundError(NotFoundError):
+    default_code = "model_not_found"
+
+
+class RateLimitError(GatewayError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
+
+
+class UpstreamError(GatewayError):
+    """An upstream answered with an error; keeps what it said for retry decisions."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream_status: int | None = None,
+        upstream_body: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.upstream_status = upstream_status
+        self.upstream_body = upstream_body
+
+
+class ServiceUnavailableError(GatewayError):
+    status_code = 503
+    error_type = "service_unavailable"
+    default_code = "overloaded"
+
+
+class UpstreamTimeoutError(GatewayError):
+    status_code = 504
+    error_type = "timeout"
+    default_code = "upstream_timeout"

@@ -1,0 +1,37 @@
+"""OpenAI wire models, in one place."""
+
+from gateway.protocol.chat import (
+    AssistantMessage,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatMessage,
+    Choice,
+    ChoiceDelta,
+    ChunkChoice,
+    ToolCall,
+    ToolCallDelta,
+)
+from gateway.protocol.common import Model, ModelList, Usage, new_id, now
+from gateway.protocol.completions import Completion, CompletionChoice, CompletionRequest
+
+__all__ = [
+    "AssistantMessage",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "Choice",
+    "ChoiceDelta",
+    "ChunkChoice",
+    "Completion",
+    "CompletionChoice",
+    "CompletionRequest",
+    "Model",
+    "ModelList",
+    "ToolCall",
+    "ToolCallDelta",
+    "Usage",
+    "new_id",
+    "now",
+]

@@ -1,0 +1,105 @@
+"""Shared fixtures: a generated tiny GGUF and a real `switchyard serve` process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.demo_model import write_demo_model
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def api(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(config: Path, log_path: Path, timeout_s: float = 60.0) -> Server:
+    """Start `switchyard serve` on a free loopback port and wait until it is ready."""
+    port = free_port()
+    command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [*command, "--port", str(port)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    server = Server(f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+        try:
+            if httpx.get(f"{server.base_url}/health/readiness", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    stop_server(server)
+    raise RuntimeError(f"server not ready after {timeout_s}s:\n{server.log()}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_demo_model(tmp_path_factory.mktemp("models") / "tiny.gguf", "tiny")
+
+
+@pytest.fixture(scope="session")
+def gateway_config(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "switchyard.yaml"
+    path.write_text(
+        f"""
+deployments:
+  - name: tiny-local
+    backend: llamacpp
+    model: {tiny_model}
+    n_ctx: 4096
+    parallel: 2
+    max_queue: 16
+models:
+  tiny:
+    candidates: [tiny-local]
+"""
+    )
+    return path
+
+
+@pytest.fixture(scope="session")
+def server(gateway_config: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(gateway_config, tmp_path_factory.mktemp("logs") / "server.log")
+    yield srv
+    stop_server(srv)
