@@ -41,6 +41,16 @@ class Price(BaseModel):
     output_per_1m: float = Field(default=0.0, ge=0)
 
 
+class Timeouts(BaseModel):
+    """Per-deployment time limits, in seconds; ``None`` means no limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    connect_s: float | None = Field(default=5.0, gt=0)
+    first_token_s: float | None = Field(default=None, gt=0)
+    total_s: float | None = Field(default=None, gt=0)
+
+
 class DeploymentSettings(BaseModel):
     """Fields every deployment has; each backend adds its own and a ``backend`` literal."""
 
@@ -49,6 +59,7 @@ class DeploymentSettings(BaseModel):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:/-]+$")
     model: str = Field(min_length=1)
     price: Price | None = None
+    timeouts: Timeouts = Timeouts()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,12 @@ from litestar.response import Stream
 from pydantic import BaseModel, ValidationError
 
 from gateway.dispatch import Gateway, OpenedStream
-from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 from gateway.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -31,6 +36,18 @@ JSON = "application/json"
 
 def _gateway(request: Request[Any, Any, Any]) -> Gateway:
     gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+def _serving_gateway(request: Request[Any, Any, Any]) -> Gateway:
+    """The gateway, if it takes new work: while draining, new requests go elsewhere."""
+    gateway = _gateway(request)
+    if gateway.draining:
+        raise ServiceUnavailableError(
+            "This gateway is shutting down; retry on another replica.",
+            code="shutting_down",
+            retry_after=1.0,
+        )
     return gateway
 
 
@@ -68,7 +85,7 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     body = parse_body(ChatCompletionRequest, await request.body())
     facts = _facts(request)
     facts.update(model=body.model, stream=bool(body.stream))
-    gateway = _gateway(request)
+    gateway = _serving_gateway(request)
     if body.stream:
         started = time.perf_counter()
         opened = await gateway.open_stream(body.model, lambda b: b.chat_stream(body))
@@ -85,7 +102,7 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     body = parse_body(CompletionRequest, await request.body())
     facts = _facts(request)
     facts.update(model=body.model, stream=bool(body.stream))
-    gateway = _gateway(request)
+    gateway = _serving_gateway(request)
     if body.stream:
         started = time.perf_counter()
         opened = await gateway.open_stream(body.model, lambda b: b.completion_stream(body))
@@ -172,10 +189,11 @@ async def liveness() -> dict[str, str]:
 @get("/health/readiness")
 async def readiness(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     gateway = _gateway(request)
-    status = "ready" if gateway.ready else "starting"
+    ready = gateway.ready and not gateway.draining
+    status = "shutting_down" if gateway.draining else "ready" if ready else "starting"
     deployments = {name: asdict(b.stats()) for name, b in sorted(gateway.backends.items())}
     body = {"status": status, "deployments": deployments}
-    return Response(body, status_code=200 if gateway.ready else 503)
+    return Response(body, status_code=200 if ready else 503)
 
 
 ROUTES = [chat_completions, completions, list_models, retrieve_model, liveness, readiness]

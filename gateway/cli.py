@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--drain-timeout", type=float, default=30.0, help="seconds to finish in-flight requests"
+    )
     serve.set_defaults(handler=_serve)
 
     demo = sub.add_parser("demo-model", help="write a generated random-weight GGUF")
@@ -37,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a routing YAML")
     check.add_argument("path", type=Path)
     check.set_defaults(handler=_check_config)
+
+    # subcommands that live beside their feature: each module adds its own parsers
     return parser
 
 
@@ -50,29 +55,18 @@ def _load(path: Path | None) -> GatewayConfig | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.app import AppSettings, create_app
+    from gateway.dispatch import Gateway
     from gateway.logs import configure_logging
+    from gateway.server import serve
 
     config = _load(args.config)
     if config is None:
         return 2
     configure_logging(args.log_level)
-    app = create_app(AppSettings(config=config, config_path=args.config))
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=args.host,
-            port=args.port,
-            log_config=None,
-            log_level=args.log_level,
-            access_log=False,
-            timeout_graceful_shutdown=30,
-        )
-    )
-    server.run()
-    return 0 if server.started else 1
+    gateway = Gateway.from_config(config)
+    app = create_app(AppSettings(config=config, config_path=args.config), gateway)
+    return serve(app, gateway, args.host, args.port, args.drain_timeout)
 
 
 def _demo_model(args: argparse.Namespace) -> int:

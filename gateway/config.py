@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from backends.registry import BACKEND_KINDS, DeploymentConfig
+from gateway.reliability import ReliabilitySettings
 
 PolicyStep = str | dict[str, Any]
 
@@ -33,6 +34,7 @@ class GatewayConfig(BaseModel):
 
     deployments: list[DeploymentConfig] = Field(min_length=1)
     models: dict[str, ModelRoute] = Field(min_length=1)
+    reliability: ReliabilitySettings = ReliabilitySettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> GatewayConfig:

@@ -30,6 +30,9 @@ class GatewayError(Exception):
     error_type: ClassVar[str] = "server_error"
     default_code: ClassVar[str | None] = None
     retryable: ClassVar[bool | None] = None
+    # does this failure say something about the deployment (breaker, fallback), rather
+    # than about the request? 4xx caused by the request never do.
+    counts_as_failure: bool = False
 
     def __init__(
         self,
@@ -113,6 +116,7 @@ class UpstreamError(GatewayError):
 
     status_code = 502
     error_type = "upstream_error"
+    counts_as_failure = True
 
     def __init__(
         self,
@@ -131,9 +135,11 @@ class ServiceUnavailableError(GatewayError):
     status_code = 503
     error_type = "service_unavailable"
     default_code = "overloaded"
+    counts_as_failure = True
 
 
 class UpstreamTimeoutError(GatewayError):
     status_code = 504
     error_type = "timeout"
     default_code = "upstream_timeout"
+    counts_as_failure = True

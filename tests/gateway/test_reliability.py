@@ -1,0 +1,187 @@
+"""Circuit breaker states and the dispatcher's retry / fallback rules."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from backends.base import Capabilities, LiveStats
+from gateway.config import parse_config
+from gateway.dispatch import Gateway
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    ServiceUnavailableError,
+    UpstreamError,
+)
+from gateway.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+)
+from gateway.reliability import CircuitBreaker, ReliabilitySettings, backoff_delay
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_breaker_opens_after_threshold_and_probes_once() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=2, cooldown_s=10, clock=clock)
+    breaker.record_failure()
+    assert breaker.state == "closed" and breaker.allow()
+    breaker.record_failure()
+    assert breaker.state == "open" and not breaker.allow()
+    assert breaker.retry_in() == pytest.approx(10)
+    clock.now += 10
+    assert breaker.state == "half_open"
+    assert breaker.allow()  # the probe
+    assert not breaker.allow()  # only one at a time
+    breaker.record_failure()  # probe failed: open again, twice as long
+    assert breaker.state == "open" and breaker.retry_in() == pytest.approx(20)
+    clock.now += 20
+    assert breaker.allow()
+    breaker.record_success()
+    assert breaker.state == "closed" and breaker.allow()
+
+
+def test_abandoned_probe_is_released() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=1, cooldown_s=1, clock=clock)
+    breaker.record_failure()
+    clock.now += 1
+    assert breaker.allow()
+    breaker.record_abandoned()
+    assert breaker.allow()
+
+
+def test_backoff_prefers_retry_after() -> None:
+    settings = ReliabilitySettings(backoff_base_s=0.1, backoff_max_s=0.3)
+    assert backoff_delay(0, 1.5, settings) == 1.5
+    assert all(0 <= backoff_delay(5, None, settings) <= 0.3 for _ in range(50))
+
+
+@dataclass
+class ScriptedBackend:
+    """A backend of our own contract whose answers are scripted per call."""
+
+    name: str
+    script: list[GatewayError | str] = field(default_factory=list)
+    calls: int = 0
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities()
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    def stats(self) -> LiveStats:
+        return LiveStats()
+
+    def _next(self) -> str:
+        self.calls += 1
+        step = self.script.pop(0) if self.script else "ok"
+        if isinstance(step, GatewayError):
+            raise step
+        return step
+
+    async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
+        return ChatCompletion.model_validate(
+            {"model": self.name, "choices": [{"message": {"content": self._next()}}]}
+        )
+
+    async def chat_stream(
+        self, request: ChatCompletionRequest
+    ) -> AsyncIterator[ChatCompletionChunk]:
+        text = self._next()
+        yield ChatCompletionChunk.model_validate(
+            {"id": "c", "created": 0, "model": self.name, "choices": [{"delta": {"content": text}}]}
+        )
+
+    async def completion(self, request: CompletionRequest) -> Completion:
+        raise NotImplementedError
+
+    def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+        raise NotImplementedError
+
+
+CONFIG = """
+deployments:
+  - {name: a, backend: llamacpp, model: x.gguf}
+  - {name: b, backend: llamacpp, model: y.gguf}
+models:
+  m: {candidates: [a, b]}
+reliability: {retries: 1, backoff_base_s: 0, failure_threshold: 2, cooldown_s: 30}
+"""
+REQUEST = ChatCompletionRequest.model_validate(
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+)
+
+
+def gateway(a: ScriptedBackend, b: ScriptedBackend) -> Gateway:
+    return Gateway(parse_config(CONFIG, "test.yaml"), {"a": a, "b": b})
+
+
+async def test_retry_then_success_on_same_deployment() -> None:
+    a, b = ScriptedBackend("a", [UpstreamError("boom")]), ScriptedBackend("b")
+    backend, result = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
+    assert backend is a and a.calls == 2 and b.calls == 0
+    assert result.choices[0].message.content == "ok"
+
+
+async def test_fallback_after_retries_and_breaker_skips_open_deployment() -> None:
+    a = ScriptedBackend("a", [UpstreamError("1"), UpstreamError("2"), UpstreamError("3")])
+    b = ScriptedBackend("b")
+    gw = gateway(a, b)
+    backend, _ = await gw.call("m", lambda x: x.chat(REQUEST))
+    assert backend is b and a.calls == 2
+    assert gw.breakers["a"].state == "open"
+    backend, _ = await gw.call("m", lambda x: x.chat(REQUEST))
+    assert backend is b and a.calls == 2  # not tried while open
+
+
+async def test_request_errors_are_not_retried_and_do_not_trip_breaker() -> None:
+    a, b = ScriptedBackend("a", [InvalidRequestError("bad", param="x")]), ScriptedBackend("b")
+    gw = gateway(a, b)
+    with pytest.raises(InvalidRequestError):
+        await gw.call("m", lambda x: x.chat(REQUEST))
+    assert a.calls == 1 and b.calls == 0 and gw.breakers["a"].failures == 0
+
+
+async def test_long_retry_after_moves_on_instead_of_waiting() -> None:
+    a = ScriptedBackend("a", [ServiceUnavailableError("busy", retry_after=60)])
+    b = ScriptedBackend("b")
+    backend, _ = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
+    assert backend is b and a.calls == 1
+
+
+async def test_all_candidates_cooling_down_says_so() -> None:
+    errors: list[GatewayError | str] = [UpstreamError(str(i)) for i in range(4)]
+    a, b = ScriptedBackend("a", errors[:2]), ScriptedBackend("b", errors[2:])
+    gw = gateway(a, b)
+    with pytest.raises(UpstreamError):
+        await gw.call("m", lambda x: x.chat(REQUEST))
+    with pytest.raises(ServiceUnavailableError) as info:
+        await gw.call("m", lambda x: x.chat(REQUEST))
+    assert info.value.code == "deployments_cooling_down"
+    assert info.value.retry_after is not None and info.value.retry_after >= 1
+
+
+async def test_stream_falls_back_before_first_chunk() -> None:
+    a, b = ScriptedBackend("a", [UpstreamError("x"), UpstreamError("y")]), ScriptedBackend("b")
+    opened = await gateway(a, b).open_stream("m", lambda x: x.chat_stream(REQUEST))
+    assert opened.backend is b
+    assert opened.first.choices[0].delta.content == "ok"
