@@ -9,10 +9,13 @@ from typing import Any, TypeVar
 
 import structlog
 from litestar import Request, Response, get, post
+from litestar.params import FromPath
 from litestar.response import Stream
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from gateway.dispatch import Gateway, OpenedStream
+from backends.base import DeploymentSettings
+from gateway.dispatch import Gateway, OpenedStream, cost_usd
 from gateway.errors import (
     GatewayError,
     InvalidRequestError,
@@ -27,6 +30,7 @@ from gateway.protocol import (
     Usage,
 )
 from gateway.sse import DONE, error_frame, frame
+from gateway.telemetry import Telemetry
 
 M = TypeVar("M", bound=BaseModel)
 Chunk = ChatCompletionChunk | Completion
@@ -92,9 +96,9 @@ async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
         facts.update(deployment=opened.backend.name, ttft_ms=_ms_since(started))
         sse = _sse(opened, body.include_usage(), facts)
         return Stream(sse, media_type="text/event-stream", headers=_route_headers(opened))
-    backend, result = await gateway.call(body.model, lambda b: b.chat(body))
-    facts.update(deployment=backend.name, **_usage_facts(result.usage))
-    return _json(result, {"x-switchyard-deployment": backend.name})
+    chosen, result = await gateway.call(body.model, lambda b: b.chat(body))
+    facts.update(deployment=chosen.settings.name, **_usage_facts(chosen.settings, result.usage))
+    return _json(result, {"x-switchyard-deployment": chosen.settings.name})
 
 
 @post("/v1/completions", status_code=200)
@@ -105,13 +109,15 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     gateway = _serving_gateway(request)
     if body.stream:
         started = time.perf_counter()
-        opened = await gateway.open_stream(body.model, lambda b: b.completion_stream(body))
+        opened = await gateway.open_stream(
+            body.model, lambda b: b.completion_stream(body), "text_completion"
+        )
         facts.update(deployment=opened.backend.name, ttft_ms=_ms_since(started))
         sse = _sse(opened, body.include_usage(), facts)
         return Stream(sse, media_type="text/event-stream", headers=_route_headers(opened))
-    backend, result = await gateway.call(body.model, lambda b: b.completion(body))
-    facts.update(deployment=backend.name, **_usage_facts(result.usage))
-    return _json(result, {"x-switchyard-deployment": backend.name})
+    chosen, result = await gateway.call(body.model, lambda b: b.completion(body), "text_completion")
+    facts.update(deployment=chosen.settings.name, **_usage_facts(chosen.settings, result.usage))
+    return _json(result, {"x-switchyard-deployment": chosen.settings.name})
 
 
 async def _sse(
@@ -123,7 +129,7 @@ async def _sse(
     try:
         while True:
             if chunk.usage is not None and not chunk.choices:
-                facts.update(_usage_facts(chunk.usage))
+                facts.update(_usage_facts(opened.candidate.settings, chunk.usage))
                 if include_usage:
                     yield frame(chunk)
             else:
@@ -153,10 +159,15 @@ def _route_headers(opened: OpenedStream[Any]) -> dict[str, str]:
     return {"x-switchyard-deployment": opened.backend.name, "cache-control": "no-cache"}
 
 
-def _usage_facts(usage: Usage | None) -> dict[str, int]:
+def _usage_facts(deployment: DeploymentSettings, usage: Usage | None) -> dict[str, Any]:
     if usage is None:
         return {}
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    cost = cost_usd(deployment.price, usage.prompt_tokens, usage.completion_tokens)
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cost_usd": round(cost, 8),
+    }
 
 
 def _ms_since(started: float) -> float:
@@ -169,7 +180,9 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 @get("/v1/models/{model_id:path}")
-async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> Response[bytes]:
+async def retrieve_model(
+    request: Request[Any, Any, Any], model_id: FromPath[str]
+) -> Response[bytes]:
     model_id = model_id.lstrip("/")
     for model in _gateway(request).model_list().data:
         if model.id == model_id:
@@ -192,8 +205,14 @@ async def readiness(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]
     ready = gateway.ready and not gateway.draining
     status = "shutting_down" if gateway.draining else "ready" if ready else "starting"
     deployments = {name: asdict(b.stats()) for name, b in sorted(gateway.backends.items())}
-    body = {"status": status, "deployments": deployments}
+    body = {"status": status, "config_version": gateway.config_version, "deployments": deployments}
     return Response(body, status_code=200 if ready else 503)
 
 
-ROUTES = [chat_completions, completions, list_models, retrieve_model, liveness, readiness]
+@get("/metrics")
+async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    telemetry: Telemetry = request.app.state.telemetry
+    return Response(telemetry.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+ROUTES = [metrics, chat_completions, completions, list_models, retrieve_model, liveness, readiness]

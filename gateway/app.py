@@ -11,12 +11,15 @@ from typing import Any
 import structlog
 from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
 
 from gateway.api import ROUTES
 from gateway.config import GatewayConfig
 from gateway.dispatch import Gateway
 from gateway.errors import GatewayError
 from gateway.middleware import RequestContextMiddleware, add_request_id
+from gateway.reload import ConfigWatcher
+from gateway.telemetry import Telemetry
 
 log = structlog.get_logger("switchyard.app")
 
@@ -29,16 +32,27 @@ class AppSettings:
 
     config: GatewayConfig
     config_path: Path | None = None
+    watch_config: bool = True
 
 
-def create_app(settings: AppSettings, gateway: Gateway | None = None) -> Litestar:
+def create_app(
+    settings: AppSettings, gateway: Gateway | None = None, telemetry: Telemetry | None = None
+) -> Litestar:
     """Build the app. Backends start in the lifespan and stop (releasing memory) at exit."""
     gw = gateway or Gateway.from_config(settings.config)
+    tel = telemetry or Telemetry()
+    gw.tracer = tel.tracer
+    tel.watch(lambda: gw.backends, lambda: gw.breakers)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.gateway = gw
+        app.state.telemetry = tel
         await gw.start()
+        watcher = None
+        if settings.config_path is not None and settings.watch_config:
+            watcher = ConfigWatcher(settings.config_path, gw)
+            watcher.start()
         log.info(
             "gateway_ready",
             models=sorted(settings.config.models),
@@ -48,12 +62,15 @@ def create_app(settings: AppSettings, gateway: Gateway | None = None) -> Litesta
         try:
             yield
         finally:
+            if watcher is not None:
+                await watcher.stop()
             await gw.aclose()
+            tel.shutdown()
 
     return Litestar(
         route_handlers=ROUTES,
         lifespan=[lifespan],
-        middleware=[RequestContextMiddleware],
+        middleware=[DefineMiddleware(RequestContextMiddleware, telemetry=tel)],
         before_send=[add_request_id],
         exception_handlers={
             GatewayError: _gateway_error,

@@ -11,15 +11,18 @@ the time until the first one may be probed again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
+from opentelemetry import trace
 
-from backends.base import Backend
-from backends.registry import create_backend
+from backends.base import Backend, Price
+from backends.registry import DeploymentConfig, create_backend
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.errors import (
     GatewayError,
@@ -36,13 +39,26 @@ T = TypeVar("T")
 log = structlog.get_logger("switchyard.dispatch")
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A deployment as the config in force when routing began describes it."""
+
+    backend: Backend
+    settings: DeploymentConfig
+    breaker: CircuitBreaker
+
+
 @dataclass
 class OpenedStream(Generic[T]):
     """A stream whose first chunk has arrived: safe to commit the HTTP response."""
 
-    backend: Backend
+    candidate: Candidate
     first: T
     rest: AsyncIterator[T]
+
+    @property
+    def backend(self) -> Backend:
+        return self.candidate.backend
 
 
 class Gateway:
@@ -53,17 +69,54 @@ class Gateway:
         self.backends = backends
         self.ready = False
         self.draining = False
-        settings = config.reliability
-        self.breakers = {
-            name: CircuitBreaker(
-                settings.failure_threshold, settings.cooldown_s, settings.max_cooldown_s
-            )
-            for name in backends
-        }
+        self.tracer: trace.Tracer = trace.NoOpTracer()
+        self._retiring: set[asyncio.Task[None]] = set()
+        self.breakers = {name: _breaker(config) for name in backends}
+
+        self.config_version = config_version(config)
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> Gateway:
         return cls(config, {d.name: create_backend(d) for d in config.deployments})
+
+    async def apply(self, config: GatewayConfig, drain_timeout_s: float = 60.0) -> None:
+        """Switch to a new config for new requests; in-flight ones finish where they are.
+
+        Deployments whose settings did not change keep their backend (and its loaded model
+        and breaker). New or changed ones are started first: if one fails to start, the
+        reload is abandoned and the current config keeps serving.
+        """
+        keep = {
+            d.name: self.backends[d.name]
+            for d in config.deployments
+            if d.name in self.backends and _same(self.config, d)
+        }
+        fresh = {d.name: create_backend(d) for d in config.deployments if d.name not in keep}
+        try:
+            await asyncio.gather(*(b.start() for b in fresh.values()))
+        except BaseException:
+            await asyncio.gather(*(b.aclose() for b in fresh.values()), return_exceptions=True)
+            raise
+        retired = [b for name, b in self.backends.items() if keep.get(name) is not b]
+        self.breakers = {
+            **{name: self.breakers[name] for name in keep},
+            **{name: _breaker(config) for name in fresh},
+        }
+        self.config, self.backends = config, {**keep, **fresh}
+        self.config_version = config_version(config)
+        for backend in retired:
+            self._retire(backend, drain_timeout_s)
+
+    def _retire(self, backend: Backend, drain_timeout_s: float) -> None:
+        async def close_when_idle() -> None:
+            deadline = time.monotonic() + drain_timeout_s
+            while backend.stats().in_flight and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            await backend.aclose()
+
+        task = asyncio.get_running_loop().create_task(close_when_idle())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def start(self) -> None:
         await asyncio.gather(*(b.start() for b in self.backends.values()))
@@ -71,6 +124,7 @@ class Gateway:
 
     async def aclose(self) -> None:
         self.ready = False
+        await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(b.aclose() for b in self.backends.values()))
 
     def model_list(self) -> ModelList:
@@ -85,29 +139,35 @@ class Gateway:
             )
         return route
 
-    def candidates(self, model: str) -> list[Backend]:
+    def candidates(self, model: str) -> list[Candidate]:
         """Deployments for ``model`` in the order the route's policy ranks them."""
         route = self.route(model)
-        ordered = [self.backends[name] for name in route.candidates]
+        config = self.config
+        ordered = [
+            Candidate(self.backends[name], config.deployment(name), self.breakers[name])
+            for name in route.candidates
+        ]
         return ordered if route.fallback else ordered[:1]
 
     async def call(
-        self, model: str, attempt: Callable[[Backend], Awaitable[T]]
-    ) -> tuple[Backend, T]:
+        self, model: str, attempt: Callable[[Backend], Awaitable[T]], operation: str = "chat"
+    ) -> tuple[Candidate, T]:
         """Run a whole (non-streaming) request, with retries and fallback."""
 
-        async def bounded(backend: Backend) -> T:
-            return await _within(self._timeouts(backend)[1], attempt(backend), backend)
+        async def bounded(candidate: Candidate) -> T:
+            limit = candidate.settings.timeouts.total_s
+            return await _within(limit, attempt(candidate.backend), candidate.backend)
 
-        return await self._first_success(self.candidates(model), bounded)
+        return await self._first_success(self.candidates(model), bounded, operation)
 
     async def open_stream(
-        self, model: str, start: Callable[[Backend], AsyncIterator[T]]
+        self, model: str, start: Callable[[Backend], AsyncIterator[T]], operation: str = "chat"
     ) -> OpenedStream[T]:
         """Start a stream and wait for its first chunk, retrying and falling back until then."""
 
-        async def first_chunk(backend: Backend) -> tuple[T, AsyncIterator[T]]:
-            first_token_s, total_s = self._timeouts(backend)
+        async def first_chunk(candidate: Candidate) -> tuple[T, AsyncIterator[T]]:
+            backend, timeouts = candidate.backend, candidate.settings.timeouts
+            first_token_s, total_s = timeouts.first_token_s, timeouts.total_s
             iterator = start(backend)
             if total_s is not None:
                 iterator = _with_deadline(iterator, total_s, backend)
@@ -117,27 +177,28 @@ class Gateway:
                 await _aclose(iterator)
                 raise
 
-        backend, (first, rest) = await self._first_success(self.candidates(model), first_chunk)
-        return OpenedStream(backend, first, rest)
-
-    def _timeouts(self, backend: Backend) -> tuple[float | None, float | None]:
-        timeouts = self.config.deployment(backend.name).timeouts
-        return timeouts.first_token_s, timeouts.total_s
+        candidates = self.candidates(model)
+        chosen, (first, rest) = await self._first_success(candidates, first_chunk, operation)
+        return OpenedStream(chosen, first, rest)
 
     async def _first_success(
-        self, candidates: Sequence[Backend], attempt: Callable[[Backend], Awaitable[T]]
-    ) -> tuple[Backend, T]:
+        self,
+        candidates: Sequence[Candidate],
+        attempt: Callable[[Candidate], Awaitable[T]],
+        operation: str,
+    ) -> tuple[Candidate, T]:
         settings = self.config.reliability
         last: GatewayError | None = None
         tried = False
-        for backend in candidates:
-            breaker = self.breakers[backend.name]
+        for candidate in candidates:
+            breaker = candidate.breaker
             for retry in range(settings.retries + 1):
                 if not breaker.allow():
                     break
                 tried = True
                 try:
-                    result = await _attempt_once(backend, breaker, attempt)
+                    with self._client_span(operation, candidate, retry):
+                        result = await _attempt_once(candidate, attempt)
                 except GatewayError as exc:
                     if not exc.counts_as_failure:
                         raise
@@ -147,20 +208,66 @@ class Gateway:
                         break
                     await asyncio.sleep(delay)
                 else:
-                    return backend, result
+                    return candidate, result
         if not tried:
-            raise _all_cooling_down(candidates, self.breakers)
+            raise _all_cooling_down(candidates)
         assert last is not None
         raise last
 
+    def _client_span(self, operation: str, candidate: Candidate, retry: int) -> Any:
+        """One span per upstream attempt, in GenAI terms."""
+        deployment = candidate.settings
+        span = self.tracer.start_as_current_span(
+            f"{operation} {deployment.model}", kind=trace.SpanKind.CLIENT
+        )
+        attributes = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": deployment.backend,
+            "gen_ai.request.model": deployment.model,
+            "switchyard.deployment": deployment.name,
+            "switchyard.attempt": retry,
+        }
+        return _with_attributes(span, attributes)
 
-async def _attempt_once(
-    backend: Backend, breaker: CircuitBreaker, attempt: Callable[[Backend], Awaitable[T]]
-) -> T:
+
+@contextlib.contextmanager
+def _with_attributes(span_cm: Any, attributes: dict[str, Any]) -> Iterator[trace.Span]:
+    with span_cm as span:
+        span.set_attributes(attributes)
+        try:
+            yield span
+        except GatewayError as exc:
+            span.set_attribute("error.type", type(exc).__name__)
+            raise
+
+
+def cost_usd(price: Price | None, prompt_tokens: int, completion_tokens: int) -> float:
+    """What a request cost at a deployment's price (0 when it has none)."""
+    if price is None:
+        return 0.0
+    return (prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m) / 1e6
+
+
+def _breaker(config: GatewayConfig) -> CircuitBreaker:
+    settings = config.reliability
+    return CircuitBreaker(settings.failure_threshold, settings.cooldown_s, settings.max_cooldown_s)
+
+
+def config_version(config: GatewayConfig) -> str:
+    """A short, stable fingerprint of a config, reported by readiness."""
+    return hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:12]
+
+
+def _same(config: GatewayConfig, deployment: DeploymentConfig) -> bool:
+    return any(d == deployment for d in config.deployments)
+
+
+async def _attempt_once(candidate: Candidate, attempt: Callable[[Candidate], Awaitable[T]]) -> T:
     """One try; the outcome goes to the breaker. Request errors (4xx) propagate at once."""
+    backend, breaker = candidate.backend, candidate.breaker
     recorded = False
     try:
-        result = await attempt(backend)
+        result = await attempt(candidate)
         breaker.record_success()
         recorded = True
         return result
@@ -187,11 +294,9 @@ async def _attempt_once(
             breaker.record_abandoned()
 
 
-def _all_cooling_down(
-    candidates: Sequence[Backend], breakers: dict[str, CircuitBreaker]
-) -> ServiceUnavailableError:
-    wait = min(breakers[b.name].retry_in() for b in candidates)
-    names = ", ".join(b.name for b in candidates)
+def _all_cooling_down(candidates: Sequence[Candidate]) -> ServiceUnavailableError:
+    wait = min(c.breaker.retry_in() for c in candidates)
+    names = ", ".join(c.settings.name for c in candidates)
     return ServiceUnavailableError(
         f"Every deployment for this model is cooling down after failures ({names}); "
         f"the next probe is in {wait:.1f}s.",

@@ -11,6 +11,9 @@ import structlog
 from litestar.datastructures import MutableScopeHeaders
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from opentelemetry import trace
+
+from gateway.telemetry import Telemetry
 
 log = structlog.get_logger("switchyard.access")
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -40,8 +43,9 @@ class RequestContextMiddleware:
     Keys and prompts are never logged.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
         self.app = app
+        self.telemetry = telemetry
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != ScopeType.HTTP:
@@ -59,18 +63,62 @@ class RequestContextMiddleware:
                 status = message["status"]
             await send(message)
 
-        with structlog.contextvars.bound_contextvars(request_id=request_id):
+        operation = _OPERATIONS.get(scope["path"])
+        if operation is None:  # health, metrics, models: no span, no access line
+            await self.app(scope, receive, send_recording_status)
+            return
+        tracer = self.telemetry.tracer
+        with (
+            tracer.start_as_current_span(operation, kind=trace.SpanKind.SERVER) as span,
+            structlog.contextvars.bound_contextvars(
+                request_id=request_id, trace_id=f"{span.get_span_context().trace_id:032x}"
+            ),
+        ):
             try:
                 await self.app(scope, receive, send_recording_status)
             finally:
+                duration = time.perf_counter() - started
+                self.telemetry.record(facts, status, duration)
+                _annotate(span, operation, facts, status, request_id)
                 log.info(
                     "request",
                     method=scope["method"],
                     path=scope["path"],
                     status=status,
-                    duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                    duration_ms=round(duration * 1000, 2),
                     **facts,
                 )
+
+
+_OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/embeddings": "embeddings",
+}
+
+
+def _annotate(
+    span: trace.Span, operation: str, facts: dict[str, Any], status: int, request_id: str
+) -> None:
+    """GenAI semantic-convention attributes on the request's server span."""
+    model = facts.get("model")
+    if model:
+        span.update_name(f"{operation} {model}")
+    attributes = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.request.model": model,
+        "gen_ai.request.stream": facts.get("stream"),
+        "gen_ai.usage.input_tokens": facts.get("prompt_tokens"),
+        "gen_ai.usage.output_tokens": facts.get("completion_tokens"),
+        "http.response.status_code": status,
+        "switchyard.request_id": request_id,
+        "switchyard.route.deployment": facts.get("deployment"),
+        "switchyard.route.reason": facts.get("route"),
+    }
+    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    if status >= 400:
+        span.set_attribute("error.type", str(status))
+        span.set_status(trace.StatusCode.ERROR)
 
 
 def _incoming_id(scope: Scope) -> str | None:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-
 import pytest
 
-from backends.base import Capabilities, LiveStats
 from gateway.config import parse_config
 from gateway.dispatch import Gateway
 from gateway.errors import (
@@ -17,13 +13,10 @@ from gateway.errors import (
     UpstreamError,
 )
 from gateway.protocol import (
-    ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionRequest,
-    Completion,
-    CompletionRequest,
 )
 from gateway.reliability import CircuitBreaker, ReliabilitySettings, backoff_delay
+from tests.gateway.scripted import ScriptedBackend
 
 
 class Clock:
@@ -70,54 +63,6 @@ def test_backoff_prefers_retry_after() -> None:
     assert all(0 <= backoff_delay(5, None, settings) <= 0.3 for _ in range(50))
 
 
-@dataclass
-class ScriptedBackend:
-    """A backend of our own contract whose answers are scripted per call."""
-
-    name: str
-    script: list[GatewayError | str] = field(default_factory=list)
-    calls: int = 0
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities()
-
-    async def start(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-    def stats(self) -> LiveStats:
-        return LiveStats()
-
-    def _next(self) -> str:
-        self.calls += 1
-        step = self.script.pop(0) if self.script else "ok"
-        if isinstance(step, GatewayError):
-            raise step
-        return step
-
-    async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
-        return ChatCompletion.model_validate(
-            {"model": self.name, "choices": [{"message": {"content": self._next()}}]}
-        )
-
-    async def chat_stream(
-        self, request: ChatCompletionRequest
-    ) -> AsyncIterator[ChatCompletionChunk]:
-        text = self._next()
-        yield ChatCompletionChunk.model_validate(
-            {"id": "c", "created": 0, "model": self.name, "choices": [{"delta": {"content": text}}]}
-        )
-
-    async def completion(self, request: CompletionRequest) -> Completion:
-        raise NotImplementedError
-
-    def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
-        raise NotImplementedError
-
-
 CONFIG = """
 deployments:
   - {name: a, backend: llamacpp, model: x.gguf}
@@ -137,8 +82,8 @@ def gateway(a: ScriptedBackend, b: ScriptedBackend) -> Gateway:
 
 async def test_retry_then_success_on_same_deployment() -> None:
     a, b = ScriptedBackend("a", [UpstreamError("boom")]), ScriptedBackend("b")
-    backend, result = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
-    assert backend is a and a.calls == 2 and b.calls == 0
+    chosen, result = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
+    assert chosen.backend is a and a.calls == 2 and b.calls == 0
     assert result.choices[0].message.content == "ok"
 
 
@@ -146,11 +91,11 @@ async def test_fallback_after_retries_and_breaker_skips_open_deployment() -> Non
     a = ScriptedBackend("a", [UpstreamError("1"), UpstreamError("2"), UpstreamError("3")])
     b = ScriptedBackend("b")
     gw = gateway(a, b)
-    backend, _ = await gw.call("m", lambda x: x.chat(REQUEST))
-    assert backend is b and a.calls == 2
+    chosen, _ = await gw.call("m", lambda x: x.chat(REQUEST))
+    assert chosen.backend is b and a.calls == 2
     assert gw.breakers["a"].state == "open"
-    backend, _ = await gw.call("m", lambda x: x.chat(REQUEST))
-    assert backend is b and a.calls == 2  # not tried while open
+    chosen, _ = await gw.call("m", lambda x: x.chat(REQUEST))
+    assert chosen.backend is b and a.calls == 2  # not tried while open
 
 
 async def test_request_errors_are_not_retried_and_do_not_trip_breaker() -> None:
@@ -164,8 +109,8 @@ async def test_request_errors_are_not_retried_and_do_not_trip_breaker() -> None:
 async def test_long_retry_after_moves_on_instead_of_waiting() -> None:
     a = ScriptedBackend("a", [ServiceUnavailableError("busy", retry_after=60)])
     b = ScriptedBackend("b")
-    backend, _ = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
-    assert backend is b and a.calls == 1
+    chosen, _ = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
+    assert chosen.backend is b and a.calls == 1
 
 
 async def test_all_candidates_cooling_down_says_so() -> None:
