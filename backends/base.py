@@ -29,6 +29,8 @@ from gateway.protocol import (
     ChatCompletionRequest,
     Completion,
     CompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResponse,
 )
 
 
@@ -39,6 +41,9 @@ class Price(BaseModel):
 
     input_per_1m: float = Field(default=0.0, ge=0)
     output_per_1m: float = Field(default=0.0, ge=0)
+    usd_per_hour: float | None = Field(
+        default=None, ge=0, description="for local engines: routing turns it into $/token"
+    )
 
 
 class Timeouts(BaseModel):
@@ -60,6 +65,9 @@ class DeploymentSettings(BaseModel):
     model: str = Field(min_length=1)
     price: Price | None = None
     timeouts: Timeouts = Timeouts()
+    weight: float = Field(default=1.0, gt=0, description="share under the weighted policy")
+    rpm: int | None = Field(default=None, ge=1, description="requests per minute, all replicas")
+    tpm: int | None = Field(default=None, ge=1, description="tokens per minute, all replicas")
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,10 @@ class LiveStats:
     kv_total: int | None = None
     prefill_tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
+    prefix_hit_rate: float | None = None
+    """Share of prompt tokens served from cached KV instead of prefilled (0..1)."""
+    prefix_hit_tokens: int | None = None
+    """Prompt tokens served from cached KV since start."""
 
 
 @runtime_checkable
@@ -122,3 +134,10 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Stop work and release memory or connections."""
         ...
+
+
+@runtime_checkable
+class EmbeddingsBackend(Protocol):
+    """A backend that also serves ``/v1/embeddings`` (``capabilities.embeddings``)."""
+
+    async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse: ...

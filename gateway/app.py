@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +13,18 @@ from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 
+from gateway.admission import Admission
 from gateway.api import ROUTES
+from gateway.cache import CacheRule, ResponseCache
 from gateway.config import GatewayConfig
 from gateway.dispatch import Gateway
 from gateway.errors import GatewayError
+from gateway.limits import RateLimit
 from gateway.middleware import RequestContextMiddleware, add_request_id
 from gateway.reload import ConfigWatcher
+from gateway.serving import Services
+from gateway.state import StateSettings, open_store
+from gateway.state.base import StateStore
 from gateway.telemetry import Telemetry
 
 log = structlog.get_logger("switchyard.app")
@@ -33,6 +39,7 @@ class AppSettings:
     config: GatewayConfig
     config_path: Path | None = None
     watch_config: bool = True
+    state: StateSettings = field(default_factory=StateSettings)
 
 
 def create_app(
@@ -46,18 +53,23 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        app.state.gateway = gw
-        app.state.telemetry = tel
+        store = open_store(settings.state)
+        services = _services(store, settings.config)
+        gw.on_reload.append(lambda config: _reconfigure(services, config))
+        app.state.gateway, app.state.telemetry, app.state.services = gw, tel, services
         await gw.start()
         watcher = None
         if settings.config_path is not None and settings.watch_config:
             watcher = ConfigWatcher(settings.config_path, gw)
             watcher.start()
+        open_mode = not await services.admission.keys.auth_enabled()
         log.info(
             "gateway_ready",
             models=sorted(settings.config.models),
             deployments=sorted(gw.backends),
             config=str(settings.config_path or "<embedded default>"),
+            state="redis" if settings.state.redis_url else "memory",
+            auth="open (no API keys configured)" if open_mode else "api keys",
         )
         try:
             yield
@@ -65,6 +77,7 @@ def create_app(
             if watcher is not None:
                 await watcher.stop()
             await gw.aclose()
+            await store.aclose()
             tel.shutdown()
 
     return Litestar(
@@ -80,6 +93,26 @@ def create_app(
         openapi_config=None,
         logging_config=None,
     )
+
+
+def _services(store: StateStore, config: GatewayConfig) -> Services:
+    return Services(
+        admission=Admission.build(store, config, deployment_limits=_deployment_limits(config)),
+        cache=ResponseCache(store, _cache_rules(config)),
+    )
+
+
+def _reconfigure(services: Services, config: GatewayConfig) -> None:
+    services.admission.apply(config, _deployment_limits(config))
+    services.cache.rules = _cache_rules(config)
+
+
+def _deployment_limits(config: GatewayConfig) -> dict[str, RateLimit]:
+    return {d.name: RateLimit(rpm=d.rpm, tpm=d.tpm) for d in config.deployments}
+
+
+def _cache_rules(config: GatewayConfig) -> dict[str, CacheRule]:
+    return {name: route.cache for name, route in config.models.items() if route.cache}
 
 
 def _gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Response[dict[str, Any]]:

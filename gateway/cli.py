@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import ipaddress
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +29,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--log-level", default="info")
     serve.add_argument(
+        "--redis-url", help="shared state (default: $SWITCHYARD_REDIS_URL, else in-memory)"
+    )
+    serve.add_argument(
+        "--allow-open",
+        action="store_true",
+        help="serve a non-loopback address without API keys",
+    )
+    serve.add_argument(
         "--drain-timeout", type=float, default=30.0, help="seconds to finish in-flight requests"
     )
     serve.set_defaults(handler=_serve)
@@ -42,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=_check_config)
 
     # subcommands that live beside their feature: each module adds its own parsers
+    __import__("gateway.keys_cli", fromlist=["register"]).register(sub)
+    __import__("gateway.bench_cli", fromlist=["register"]).register(sub)
+    __import__("gateway.models_cli", fromlist=["register"]).register(sub)
+    __import__("gateway.worker", fromlist=["register"]).register(sub)
     return parser
 
 
@@ -57,16 +71,34 @@ def _load(path: Path | None) -> GatewayConfig | None:
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import AppSettings, create_app
     from gateway.dispatch import Gateway
+    from gateway.keys import auth_configured
     from gateway.logs import configure_logging
     from gateway.server import serve
+    from gateway.state import StateSettings
 
     config = _load(args.config)
     if config is None:
         return 2
+    state = StateSettings.from_env(redis_url=args.redis_url)
+    if not _loopback(args.host) and not args.allow_open and not asyncio.run(auth_configured(state)):
+        print(
+            f"error: refusing to serve {args.host} without API keys: set SWITCHYARD_MASTER_KEY "
+            "or create keys (switchyard keys create), or pass --allow-open",
+            file=sys.stderr,
+        )
+        return 2
     configure_logging(args.log_level)
     gateway = Gateway.from_config(config)
-    app = create_app(AppSettings(config=config, config_path=args.config), gateway)
+    settings = AppSettings(config=config, config_path=args.config, state=state)
+    app = create_app(settings, gateway)
     return serve(app, gateway, args.host, args.port, args.drain_timeout)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _demo_model(args: argparse.Namespace) -> int:

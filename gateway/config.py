@@ -6,15 +6,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from backends.registry import BACKEND_KINDS, DeploymentConfig
+from gateway.cache import CacheRule
 from gateway.reliability import ReliabilitySettings
-
-PolicyStep = str | dict[str, Any]
+from policies.policy import Policy, PolicyField
 
 
 class ModelRoute(BaseModel):
@@ -23,8 +22,9 @@ class ModelRoute(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     candidates: list[str] = Field(min_length=1)
-    policy: list[PolicyStep] = Field(default_factory=lambda: list[PolicyStep](["first"]))
+    policy: PolicyField = Field(default_factory=Policy.default)
     fallback: bool = True
+    cache: CacheRule | None = None
 
 
 class GatewayConfig(BaseModel):

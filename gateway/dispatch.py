@@ -25,17 +25,25 @@ from backends.base import Backend, Price
 from backends.registry import DeploymentConfig, create_backend
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.errors import (
+    ContextLengthExceededError,
     GatewayError,
+    InvalidRequestError,
     ModelNotFoundError,
     ServiceUnavailableError,
     UpstreamError,
     UpstreamTimeoutError,
 )
+from gateway.limits import DeploymentLimitedError
+from gateway.live import Attempt, DeploymentTracker
 from gateway.protocol import ModelList
 from gateway.protocol.common import Model
 from gateway.reliability import CircuitBreaker, backoff_delay
+from gateway.routing import describe_deployment
+from policies import Candidate as PolicyCandidate
+from policies import FitClass, RequestFacts
 
 T = TypeVar("T")
+Admit = Callable[["Candidate"], Awaitable[None]]
 log = structlog.get_logger("switchyard.dispatch")
 
 
@@ -46,15 +54,38 @@ class Candidate:
     backend: Backend
     settings: DeploymentConfig
     breaker: CircuitBreaker
+    tracker: DeploymentTracker
+
+
+@dataclass(frozen=True)
+class Routing:
+    """A policy's decision for one request: candidates in order, and why."""
+
+    candidates: list[Candidate]
+    reason: str
+    request: RequestFacts
+
+
+@dataclass(frozen=True)
+class Routed(Generic[T]):
+    """A whole response, the deployment that gave it, and why that one."""
+
+    candidate: Candidate
+    value: T
+    reason: str
 
 
 @dataclass
 class OpenedStream(Generic[T]):
-    """A stream whose first chunk has arrived: safe to commit the HTTP response."""
+    """A stream whose first chunk has arrived: safe to commit the HTTP response.
+
+    Whoever consumes ``rest`` reports the end through ``attempt.finish(tokens)``."""
 
     candidate: Candidate
     first: T
     rest: AsyncIterator[T]
+    reason: str
+    attempt: Attempt
 
     @property
     def backend(self) -> Backend:
@@ -71,8 +102,10 @@ class Gateway:
         self.draining = False
         self.tracer: trace.Tracer = trace.NoOpTracer()
         self._retiring: set[asyncio.Task[None]] = set()
+        self.on_reload: list[Callable[[GatewayConfig], None]] = []
         self.breakers = {name: _breaker(config) for name in backends}
-
+        self.trackers = {name: DeploymentTracker() for name in backends}
+        self.fits: dict[str, FitClass] = {}
         self.config_version = config_version(config)
 
     @classmethod
@@ -102,8 +135,14 @@ class Gateway:
             **{name: self.breakers[name] for name in keep},
             **{name: _breaker(config) for name in fresh},
         }
+        self.trackers = {
+            **{name: self.trackers[name] for name in keep},
+            **{name: DeploymentTracker() for name in fresh},
+        }
         self.config, self.backends = config, {**keep, **fresh}
         self.config_version = config_version(config)
+        for hook in self.on_reload:
+            hook(config)
         for backend in retired:
             self._retire(backend, drain_timeout_s)
 
@@ -139,29 +178,60 @@ class Gateway:
             )
         return route
 
-    def candidates(self, model: str) -> list[Candidate]:
-        """Deployments for ``model`` in the order the route's policy ranks them."""
+    def decide(self, model: str, request: RequestFacts | None = None) -> Routing:
+        """Rank ``model``'s deployments for ``request`` with the route's policy."""
         route = self.route(model)
-        config = self.config
-        ordered = [
-            Candidate(self.backends[name], config.deployment(name), self.breakers[name])
+        config, facts = self.config, request or RequestFacts(prompt_tokens=0)
+        pool = [
+            describe_deployment(
+                config.deployment(name),
+                self.backends[name],
+                self.breakers[name],
+                self.trackers[name],
+                self.fits.get(name),
+            )
             for name in route.candidates
         ]
-        return ordered if route.fallback else ordered[:1]
+        decision = route.policy.route(facts, pool, now=time.monotonic())
+        if decision.chosen is None:
+            raise _nothing_can_serve(model, facts, pool, decision.reason())
+        ordered = [
+            Candidate(
+                self.backends[name],
+                config.deployment(name),
+                self.breakers[name],
+                self.trackers[name],
+            )
+            for name in decision.names
+        ]
+        return Routing(ordered if route.fallback else ordered[:1], decision.reason(), facts)
 
     async def call(
-        self, model: str, attempt: Callable[[Backend], Awaitable[T]], operation: str = "chat"
-    ) -> tuple[Candidate, T]:
+        self,
+        model: str,
+        attempt: Callable[[Backend], Awaitable[T]],
+        operation: str = "chat",
+        admit: Admit | None = None,
+        request: RequestFacts | None = None,
+    ) -> Routed[T]:
         """Run a whole (non-streaming) request, with retries and fallback."""
 
         async def bounded(candidate: Candidate) -> T:
             limit = candidate.settings.timeouts.total_s
             return await _within(limit, attempt(candidate.backend), candidate.backend)
 
-        return await self._first_success(self.candidates(model), bounded, operation)
+        routing = self.decide(model, request)
+        chosen, (result, tracked) = await self._first_success(routing, bounded, operation, admit)
+        tracked.finish(None)
+        return Routed(chosen, result, routing.reason)
 
     async def open_stream(
-        self, model: str, start: Callable[[Backend], AsyncIterator[T]], operation: str = "chat"
+        self,
+        model: str,
+        start: Callable[[Backend], AsyncIterator[T]],
+        operation: str = "chat",
+        admit: Admit | None = None,
+        request: RequestFacts | None = None,
     ) -> OpenedStream[T]:
         """Start a stream and wait for its first chunk, retrying and falling back until then."""
 
@@ -177,28 +247,40 @@ class Gateway:
                 await _aclose(iterator)
                 raise
 
-        candidates = self.candidates(model)
-        chosen, (first, rest) = await self._first_success(candidates, first_chunk, operation)
-        return OpenedStream(chosen, first, rest)
+        routing = self.decide(model, request)
+        chosen, ((first, rest), tracked) = await self._first_success(
+            routing, first_chunk, operation, admit
+        )
+        return OpenedStream(chosen, first, rest, routing.reason, tracked)
 
     async def _first_success(
         self,
-        candidates: Sequence[Candidate],
+        routing: Routing,
         attempt: Callable[[Candidate], Awaitable[T]],
         operation: str,
-    ) -> tuple[Candidate, T]:
+        admit: Admit | None,
+    ) -> tuple[Candidate, tuple[T, Attempt]]:
         settings = self.config.reliability
         last: GatewayError | None = None
         tried = False
+        candidates = routing.candidates
         for candidate in candidates:
             breaker = candidate.breaker
             for retry in range(settings.retries + 1):
                 if not breaker.allow():
                     break
+                if retry == 0 and admit is not None:
+                    try:
+                        await admit(candidate)
+                    except DeploymentLimitedError as exc:
+                        # its own rate limit: not a failure, just full; try the next one
+                        breaker.record_abandoned()
+                        last = exc
+                        break
                 tried = True
                 try:
                     with self._client_span(operation, candidate, retry):
-                        result = await _attempt_once(candidate, attempt)
+                        result = await _attempt_once(candidate, attempt, routing.request)
                 except GatewayError as exc:
                     if not exc.counts_as_failure:
                         raise
@@ -209,7 +291,7 @@ class Gateway:
                     await asyncio.sleep(delay)
                 else:
                     return candidate, result
-        if not tried:
+        if not tried and last is None:
             raise _all_cooling_down(candidates)
         assert last is not None
         raise last
@@ -262,36 +344,58 @@ def _same(config: GatewayConfig, deployment: DeploymentConfig) -> bool:
     return any(d == deployment for d in config.deployments)
 
 
-async def _attempt_once(candidate: Candidate, attempt: Callable[[Candidate], Awaitable[T]]) -> T:
-    """One try; the outcome goes to the breaker. Request errors (4xx) propagate at once."""
+async def _attempt_once(
+    candidate: Candidate, attempt: Callable[[Candidate], Awaitable[T]], request: RequestFacts
+) -> tuple[T, Attempt]:
+    """One try; the outcome goes to the breaker and the live figures. Request errors
+    (4xx) propagate at once and say nothing about the deployment."""
     backend, breaker = candidate.backend, candidate.breaker
+    tracked = candidate.tracker.begin(request.prompt_tokens)
     recorded = False
     try:
         result = await attempt(candidate)
         breaker.record_success()
+        tracked.first_token()
         recorded = True
-        return result
+        return result, tracked
     except StopAsyncIteration as exc:
         breaker.record_failure()
+        tracked.finish(None, failed=True)
         recorded = True
         raise UpstreamError(f"deployment {backend.name!r} returned an empty stream") from exc
     except GatewayError as exc:
+        recorded = True
         if not exc.counts_as_failure:
             breaker.record_success()  # it answered; the request was at fault
-            recorded = True
+            tracked.finish(None)
             raise
         breaker.record_failure()
-        recorded = True
+        tracked.finish(None, failed=True)
         log.warning(
-            "deployment_failed",
-            deployment=backend.name,
-            error=exc.message,
-            breaker=breaker.state,
+            "deployment_failed", deployment=backend.name, error=exc.message, breaker=breaker.state
         )
         raise
     finally:
-        if not recorded:  # cancelled: a half-open probe must not stay reserved
+        if not recorded:  # cancelled or an unexpected error: free a half-open probe
             breaker.record_abandoned()
+            tracked.finish(None, failed=True)
+
+
+def _nothing_can_serve(
+    model: str, facts: RequestFacts, pool: Sequence[PolicyCandidate], reason: str
+) -> GatewayError:
+    need = facts.prompt_tokens + (facts.max_tokens or 0)
+    limits = [c.facts.capabilities.context_length for c in pool]
+    if limits and all(limit is not None and need > limit for limit in limits):
+        return ContextLengthExceededError(
+            f"This model's maximum context length is {max(filter(None, limits))} tokens; "
+            f"this request needs about {need} (prompt + max_tokens).",
+            param="messages",
+        )
+    return InvalidRequestError(
+        f"No deployment of '{model}' can serve this request ({reason}).",
+        code="no_capable_deployment",
+    )
 
 
 def _all_cooling_down(candidates: Sequence[Candidate]) -> ServiceUnavailableError:

@@ -46,6 +46,7 @@ class CircuitBreaker:
     failures: int = 0
     openings: int = 0
     open_until: float = 0.0
+    last_failure_at: float | None = None
     _probing: bool = field(default=False, repr=False)
 
     @property
@@ -76,6 +77,7 @@ class CircuitBreaker:
 
     def record_failure(self) -> None:
         self.failures += 1
+        self.last_failure_at = self.clock()
         self._probing = False
         if self.failures >= self.failure_threshold:
             cooldown = min(self.cooldown_s * 2**self.openings, self.max_cooldown_s)

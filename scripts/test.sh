@@ -3,6 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# the tests start their own redis-server processes on free loopback ports
+if ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
 .venv/bin/ruff format --check gateway backends policies tests bench
 .venv/bin/ruff check gateway backends policies tests bench
 .venv/bin/mypy

@@ -14,6 +14,12 @@ from gateway.protocol.chat import (
 )
 from gateway.protocol.common import Model, ModelList, Usage, new_id, now
 from gateway.protocol.completions import Completion, CompletionChoice, CompletionRequest
+from gateway.protocol.embeddings import (
+    Embedding,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    EmbeddingUsage,
+)
 
 __all__ = [
     "AssistantMessage",
@@ -27,6 +33,10 @@ __all__ = [
     "Completion",
     "CompletionChoice",
     "CompletionRequest",
+    "Embedding",
+    "EmbeddingRequest",
+    "EmbeddingResponse",
+    "EmbeddingUsage",
     "Model",
     "ModelList",
     "ToolCall",

@@ -268,7 +268,8 @@ def test_health_endpoints(server: Server) -> None:
 
 
 async def test_eight_concurrent_requests_match_their_solo_answers(aclient: AsyncOpenAI) -> None:
-    prompts = [f"Tell me about item {i}" for i in range(8)]
+    words = ["apple", "zebra", "quantum", "river", "{json}", "12345", "Ωmega", "tea time"]
+    prompts = [f"{w} " * (i + 1) for i, w in enumerate(words)]
 
     async def ask(prompt: str) -> str:
         out = await aclient.chat.completions.create(

@@ -39,7 +39,7 @@ def only_issue(path: Path) -> str:
 def test_valid_config_loads(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, VALID))
     assert config.models["chat"].candidates == ["local"]
-    assert config.models["chat"].policy == ["first"]
+    assert config.models["chat"].policy.describe() == "healthy > capable > fits_memory > first"
     assert config.deployment("local").n_ctx == 1024
 
 
@@ -63,6 +63,15 @@ def test_unknown_key_names_line_and_field(tmp_path: Path) -> None:
 def test_unknown_backend_kind(tmp_path: Path) -> None:
     path = write(tmp_path, VALID.replace("backend: llamacpp", "backend: teleport"))
     assert only_issue(path).startswith(f"{path}:3: deployments.0")
+
+
+def test_bad_policy_step_names_the_step(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "candidates: [local]", "candidates: [local]\n    policy: [healthy, fastets]"
+    )
+    message = only_issue(write(tmp_path, text))
+    assert message.startswith(f"{tmp_path / 'switchyard.yaml'}:9: models.chat.policy: ")
+    assert "fastets" in message
 
 
 def test_unknown_candidate(tmp_path: Path) -> None:

@@ -82,7 +82,8 @@ def gateway(a: ScriptedBackend, b: ScriptedBackend) -> Gateway:
 
 async def test_retry_then_success_on_same_deployment() -> None:
     a, b = ScriptedBackend("a", [UpstreamError("boom")]), ScriptedBackend("b")
-    chosen, result = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
+    routed = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
+    chosen, result = routed.candidate, routed.value
     assert chosen.backend is a and a.calls == 2 and b.calls == 0
     assert result.choices[0].message.content == "ok"
 
@@ -91,10 +92,10 @@ async def test_fallback_after_retries_and_breaker_skips_open_deployment() -> Non
     a = ScriptedBackend("a", [UpstreamError("1"), UpstreamError("2"), UpstreamError("3")])
     b = ScriptedBackend("b")
     gw = gateway(a, b)
-    chosen, _ = await gw.call("m", lambda x: x.chat(REQUEST))
+    chosen = (await gw.call("m", lambda x: x.chat(REQUEST))).candidate
     assert chosen.backend is b and a.calls == 2
     assert gw.breakers["a"].state == "open"
-    chosen, _ = await gw.call("m", lambda x: x.chat(REQUEST))
+    chosen = (await gw.call("m", lambda x: x.chat(REQUEST))).candidate
     assert chosen.backend is b and a.calls == 2  # not tried while open
 
 
@@ -109,7 +110,7 @@ async def test_request_errors_are_not_retried_and_do_not_trip_breaker() -> None:
 async def test_long_retry_after_moves_on_instead_of_waiting() -> None:
     a = ScriptedBackend("a", [ServiceUnavailableError("busy", retry_after=60)])
     b = ScriptedBackend("b")
-    chosen, _ = await gateway(a, b).call("m", lambda x: x.chat(REQUEST))
+    chosen = (await gateway(a, b).call("m", lambda x: x.chat(REQUEST))).candidate
     assert chosen.backend is b and a.calls == 1
 
 

@@ -1,0 +1,104 @@
+"""Live figures per deployment, measured by the gateway itself.
+
+Every attempt on a deployment is tracked from dispatch to its end: time to first token,
+inter-token latency, how long it held the deployment, whether it failed, and how many
+prompt tokens are still waiting for their first token there. Engines add their own figures
+(slots, KV, queue) through ``Backend.stats()``. The result is ``policies.LiveFigures``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from backends.base import LiveStats
+from policies import LiveFigures
+
+ALPHA = 0.2  # EWMA weight of the newest sample: about the last ten requests matter
+WINDOW_S = 30.0
+
+
+def _ewma(current: float | None, sample: float) -> float:
+    return sample if current is None else current + ALPHA * (sample - current)
+
+
+@dataclass
+class Attempt:
+    """One request on one deployment; report its first token and its end."""
+
+    tracker: DeploymentTracker
+    prompt_tokens: int
+    started: float
+    first_token_at: float | None = None
+    done: bool = False
+
+    def first_token(self) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = self.tracker.clock()
+            self.tracker.on_first_token(self)
+
+    def finish(self, completion_tokens: int | None, failed: bool = False) -> None:
+        if not self.done:
+            self.done = True
+            self.tracker.on_finish(self, completion_tokens, failed)
+
+
+@dataclass
+class DeploymentTracker:
+    clock: Callable[[], float] = time.monotonic
+    ewma_ttft_ms: float | None = None
+    ewma_itl_ms: float | None = None
+    ewma_service_ms: float | None = None
+    error_rate: float = 0.0
+    in_flight: int = 0
+    prefill_backlog_tokens: int = 0
+    _departures: deque[float] = field(default_factory=deque)
+
+    def begin(self, prompt_tokens: int) -> Attempt:
+        self.in_flight += 1
+        self.prefill_backlog_tokens += prompt_tokens
+        return Attempt(self, prompt_tokens, self.clock())
+
+    def on_first_token(self, attempt: Attempt) -> None:
+        assert attempt.first_token_at is not None
+        self.prefill_backlog_tokens -= attempt.prompt_tokens
+        self.ewma_ttft_ms = _ewma(
+            self.ewma_ttft_ms, (attempt.first_token_at - attempt.started) * 1000
+        )
+
+    def on_finish(self, attempt: Attempt, completion_tokens: int | None, failed: bool) -> None:
+        now = self.clock()
+        self.in_flight -= 1
+        if attempt.first_token_at is None:
+            self.prefill_backlog_tokens -= attempt.prompt_tokens
+        self.error_rate = _ewma(self.error_rate, 1.0 if failed else 0.0)
+        if failed:
+            return
+        self.ewma_service_ms = _ewma(self.ewma_service_ms, (now - attempt.started) * 1000)
+        if attempt.first_token_at is not None and completion_tokens and completion_tokens > 1:
+            itl = (now - attempt.first_token_at) * 1000 / (completion_tokens - 1)
+            self.ewma_itl_ms = _ewma(self.ewma_itl_ms, itl)
+        self._departures.append(now)
+
+    def figures(self, engine: LiveStats) -> LiveFigures:
+        now = self.clock()
+        while self._departures and now - self._departures[0] > WINDOW_S:
+            self._departures.popleft()
+        return LiveFigures(
+            ewma_ttft_ms=self.ewma_ttft_ms,
+            ewma_itl_ms=self.ewma_itl_ms,
+            ewma_service_ms=self.ewma_service_ms,
+            departures_per_s=len(self._departures) / WINDOW_S if self._departures else None,
+            error_rate=self.error_rate,
+            in_flight=max(self.in_flight, engine.in_flight),
+            queue_depth=engine.queue_depth,
+            slots_busy=engine.slots_busy,
+            slots_total=engine.slots_total,
+            kv_used=engine.kv_used,
+            kv_total=engine.kv_total,
+            prefill_tokens_per_s=engine.prefill_tokens_per_s,
+            decode_tokens_per_s=engine.decode_tokens_per_s,
+            prefill_backlog_tokens=max(0, self.prefill_backlog_tokens),
+        )

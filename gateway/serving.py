@@ -1,0 +1,281 @@
+"""The request path shared by chat and text completions.
+
+admit (key, budget, key limits) → exact cache → dispatch (deployment limits, retries,
+fallback, breakers) → respond → settle (actual tokens, spend). Streams commit their HTTP
+status only once the first chunk has arrived; later failures become an in-band error frame.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import anyio
+import structlog
+from litestar import Request, Response
+from litestar.response import Stream
+from pydantic import BaseModel, ValidationError
+
+from backends.base import Backend
+from gateway.admission import Admission, AdmissionTicket, RequestFacts
+from gateway.cache import ResponseCache, chat_chunks, completion_chunks
+from gateway.dispatch import Candidate, Gateway, OpenedStream, cost_usd
+from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
+from gateway.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    Usage,
+)
+from gateway.routing import describe_request
+from gateway.sse import DONE, error_frame, frame
+
+Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
+Whole = TypeVar("Whole", ChatCompletion, Completion)
+Chunk = TypeVar("Chunk", ChatCompletionChunk, Completion)
+M = TypeVar("M", bound=BaseModel)
+log = structlog.get_logger("switchyard.api")
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class Endpoint(Generic[Req, Whole, Chunk]):
+    """How one generation endpoint maps onto the backend contract."""
+
+    operation: str
+    request_type: type[Req]
+    response_type: type[Whole]
+    facts: Callable[[Req, str | None], RequestFacts]
+    whole: Callable[[Backend, Req], Awaitable[Whole]]
+    stream: Callable[[Backend, Req], AsyncIterator[Chunk]]
+    replay: Callable[[Whole], list[Chunk]]
+
+
+CHAT: Endpoint[ChatCompletionRequest, ChatCompletion, ChatCompletionChunk] = Endpoint(
+    "chat",
+    ChatCompletionRequest,
+    ChatCompletion,
+    RequestFacts.of_chat,
+    lambda backend, body: backend.chat(body),
+    lambda backend, body: backend.chat_stream(body),
+    chat_chunks,
+)
+COMPLETION: Endpoint[CompletionRequest, Completion, Completion] = Endpoint(
+    "text_completion",
+    CompletionRequest,
+    Completion,
+    RequestFacts.of_completion,
+    lambda backend, body: backend.completion(body),
+    lambda backend, body: backend.completion_stream(body),
+    completion_chunks,
+)
+
+
+@dataclass
+class Services:
+    """What the request path uses besides the gateway; one per app."""
+
+    admission: Admission
+    cache: ResponseCache
+
+
+def parse_body(model: type[M], body: bytes) -> M:
+    """Validate a request body; errors become 400s naming the offending ``param``."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            raise InvalidRequestError(
+                "We could not parse the JSON body of your request: "
+                f"{first['msg']}. Send valid JSON with Content-Type application/json."
+            ) from exc
+        if first["type"] == "model_type":
+            raise InvalidRequestError("The request body must be a JSON object.") from exc
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequestError(
+            f"Invalid value for '{param}': {first['msg']}", param=param
+        ) from exc
+
+
+def request_facts(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """The log/metrics facts of this request (written out by the middleware)."""
+    facts: dict[str, Any] = request.scope.setdefault("state", {}).setdefault("log", {})
+    return facts
+
+
+def serving_gateway(request: Request[Any, Any, Any]) -> Gateway:
+    """The gateway, if it takes new work: while draining, new requests go elsewhere."""
+    gateway: Gateway = request.app.state.gateway
+    if gateway.draining:
+        raise ServiceUnavailableError(
+            "This gateway is shutting down; retry on another replica.",
+            code="shutting_down",
+            retry_after=1.0,
+        )
+    return gateway
+
+
+def json_response(model: BaseModel, headers: dict[str, str]) -> Response[bytes]:
+    return Response(model.model_dump_json().encode(), media_type=JSON, headers=headers)
+
+
+async def handle(
+    request: Request[Any, Any, Any], endpoint: Endpoint[Req, Whole, Chunk]
+) -> Response[Any]:
+    """Serve one generation request end to end."""
+    body = parse_body(endpoint.request_type, await request.body())
+    facts = request_facts(request)
+    facts.update(model=body.model, stream=bool(body.stream))
+    gateway = serving_gateway(request)
+    services: Services = request.app.state.services
+    admission = services.admission
+    ticket = await admission.admit(endpoint.facts(body, request.headers.get("authorization")))
+    if ticket.key.id:
+        facts["key_id"] = ticket.key.id
+    request_id: str = request.scope["state"].get("request_id", "")
+    try:
+        return await _serve(gateway, services, ticket, endpoint, body, facts, request_id)
+    except BaseException:
+        if ticket.deployment is None:
+            await admission.release(ticket)
+        else:
+            await admission.settle(ticket, None)
+        raise
+
+
+async def _serve(
+    gateway: Gateway,
+    services: Services,
+    ticket: AdmissionTicket,
+    endpoint: Endpoint[Req, Whole, Chunk],
+    body: Req,
+    facts: dict[str, Any],
+    request_id: str,
+) -> Response[Any]:
+    admission, cache = services.admission, services.cache
+    cache_key = cache.key(body)
+    if cache_key is not None:
+        hit = await cache.get(cache_key, endpoint.response_type)
+        if hit is not None:
+            await admission.settle(ticket, None)
+            facts["cache"] = "hit"
+            headers = {"x-switchyard-cache": "hit", **admission.headers(ticket)}
+            if body.stream:
+                frames = _replay(endpoint.replay(hit), body.include_usage())
+                return Stream(frames, media_type="text/event-stream", headers=headers)
+            return json_response(hit, headers)
+
+    async def admit(candidate: Candidate) -> None:
+        await admission.admit_deployment(ticket, candidate.settings.name)
+
+    routing_facts = describe_request(body, request_id)
+    if body.stream:
+        started = time.perf_counter()
+        opened = await gateway.open_stream(
+            body.model, lambda b: endpoint.stream(b, body), endpoint.operation, admit, routing_facts
+        )
+        facts.update(
+            deployment=opened.candidate.settings.name,
+            route=opened.reason,
+            ttft_ms=_ms_since(started),
+        )
+
+        async def settle(usage: Usage | None) -> None:
+            opened.attempt.finish(usage.completion_tokens if usage else None)
+            facts.update(await _settled(admission, ticket, opened.candidate, usage))
+
+        frames = _sse(opened, body.include_usage(), facts, settle)
+        headers = {**_route_headers(opened.candidate, opened.reason), **admission.headers(ticket)}
+        return Stream(frames, media_type="text/event-stream", headers=headers)
+
+    routed = await gateway.call(
+        body.model, lambda b: endpoint.whole(b, body), endpoint.operation, admit, routing_facts
+    )
+    chosen, result = routed.candidate, routed.value
+    facts.update(deployment=chosen.settings.name, route=routed.reason)
+    facts.update(await _settled(admission, ticket, chosen, result.usage))
+    if cache_key is not None:
+        await cache.put(cache_key, result)
+    headers = {**_route_headers(chosen, routed.reason), **admission.headers(ticket)}
+    return json_response(result, headers)
+
+
+async def _settled(
+    admission: Admission, ticket: AdmissionTicket, chosen: Candidate, usage: Usage | None
+) -> dict[str, Any]:
+    if usage is None:
+        await admission.settle(ticket, None)
+        return {}
+    cost = cost_usd(chosen.settings.price, usage.prompt_tokens, usage.completion_tokens)
+    await admission.settle(ticket, usage, cost)
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cost_usd": round(cost, 8),
+    }
+
+
+async def _sse(
+    opened: OpenedStream[Any],
+    include_usage: bool,
+    facts: dict[str, Any],
+    on_end: Callable[[Usage | None], Awaitable[None]],
+) -> AsyncIterator[bytes]:
+    """Frame chunks as SSE. The backend's closing usage chunk is sent only when asked for;
+    a failure after the first byte becomes an in-band error frame, then ``[DONE]``."""
+    chunk = opened.first
+    usage: Usage | None = None
+    try:
+        while True:
+            if chunk.usage is not None and not chunk.choices:
+                usage = chunk.usage
+                if include_usage:
+                    yield frame(chunk)
+            else:
+                yield frame(chunk)
+            chunk = await anext(opened.rest)
+    except StopAsyncIteration:
+        pass
+    except GatewayError as exc:
+        facts.update(stream_error=exc.message)
+        yield error_frame(exc)
+    except Exception as exc:
+        log.exception("stream_failed", deployment=opened.candidate.settings.name)
+        facts.update(stream_error=type(exc).__name__)
+        yield error_frame(GatewayError("The stream failed on the server; it is incomplete."))
+    finally:
+        # a client disconnect cancels this generator; finishing the books must still run
+        with anyio.CancelScope(shield=True):
+            await _aclose(opened.rest)
+            await on_end(usage)
+    yield DONE
+
+
+async def _replay(chunks: list[Any], include_usage: bool) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        if chunk.choices or include_usage:
+            yield frame(chunk)
+    yield DONE
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _route_headers(chosen: Candidate, reason: str) -> dict[str, str]:
+    return {
+        "x-switchyard-deployment": chosen.settings.name,
+        "x-switchyard-route": reason,
+        "cache-control": "no-cache",
+    }
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)

@@ -1,0 +1,175 @@
+"""In-process :class:`StateStore`: the embedded default, and the local fallback for rate
+limits while Redis is down. Nothing here is shared with other processes.
+
+Every operation runs without awaiting, so each is atomic on the event loop. Expired
+entries are dropped lazily and by a sweep every few thousand writes; the response cache
+keeps at most ``max_cache_entries`` (oldest evicted first).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.state.base import (
+    LimitCheck,
+    Reservation,
+    Spend,
+    StateStore,
+    StoreHealth,
+    check_scope,
+    gcra_adjust,
+    gcra_reserve,
+    window_bounds,
+)
+
+_SWEEP_EVERY = 4096
+
+
+@dataclass
+class _Expiring:
+    value: float | str | bytes
+    expires_at: float
+
+
+class MemoryStateStore(StateStore):
+    """A :class:`StateStore` in this process's memory; ``clock`` returns Unix seconds."""
+
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, max_cache_entries: int = 10_000
+    ) -> None:
+        self.health = StoreHealth()
+        self.shared = False
+        self._clock = clock
+        self._max_cache = max_cache_entries
+        self._tats: dict[str, float] = {}
+        self._spend: dict[str, tuple[float, float]] = {}
+        self._keys: dict[str, str] = {}
+        self._ids: dict[str, str] = {}
+        self._cache: OrderedDict[str, _Expiring] = OrderedDict()
+        self._shared: dict[str, _Expiring] = {}
+        self._writes = 0
+
+    async def reserve(self, scope: str, checks: Sequence[LimitCheck]) -> Reservation:
+        now = self._clock()
+        names = [_limit_key(scope, c) for c in checks]
+        outcome, tats = gcra_reserve([self._live_tat(n, now) for n in names], checks, now)
+        if outcome.allowed:
+            self._tats.update(zip(names, tats, strict=True))
+            self._wrote()
+        return outcome
+
+    async def adjust(self, scope: str, checks: Sequence[LimitCheck]) -> None:
+        now = self._clock()
+        for check in checks:
+            name = _limit_key(scope, check)
+            tat = gcra_adjust(self._live_tat(name, now), check, now)
+            if tat is None:
+                self._tats.pop(name, None)
+            else:
+                self._tats[name] = tat
+
+    async def spend_add(self, scope: str, window_s: int, usd: float) -> Spend:
+        start, end = window_bounds(self._clock(), window_s)
+        name = f"{check_scope(scope)}:spend:{window_s}"
+        window, total = self._spend.get(name, (start, 0.0))
+        total = (total if window == start else 0.0) + usd
+        self._spend[name] = (start, total)
+        return Spend(total, start, end)
+
+    async def spend_get(self, scope: str, window_s: int) -> Spend:
+        start, end = window_bounds(self._clock(), window_s)
+        window, total = self._spend.get(f"{check_scope(scope)}:spend:{window_s}", (start, 0.0))
+        return Spend(total if window == start else 0.0, start, end)
+
+    async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
+        self._keys[key_hash] = record
+        self._ids[key_id] = key_hash
+
+    async def key_get(self, key_hash: str) -> str | None:
+        return self._keys.get(key_hash)
+
+    async def key_find(self, key_id: str) -> tuple[str, str] | None:
+        key_hash = self._ids.get(key_id)
+        if key_hash is None or key_hash not in self._keys:
+            return None
+        return key_hash, self._keys[key_hash]
+
+    async def key_list(self) -> list[str]:
+        return [self._keys[h] for h in self._ids.values() if h in self._keys]
+
+    async def key_count(self) -> int:
+        return len(self._keys)
+
+    async def cache_get(self, key: str) -> bytes | None:
+        entry = self._cache.get(key)
+        if entry is None or entry.expires_at <= self._clock():
+            self._cache.pop(key, None)
+            return None
+        assert isinstance(entry.value, bytes)
+        return entry.value
+
+    async def cache_set(self, key: str, value: bytes, ttl_s: float) -> None:
+        self._cache.pop(key, None)
+        self._cache[key] = _Expiring(value, self._clock() + ttl_s)
+        while len(self._cache) > self._max_cache:
+            self._cache.popitem(last=False)
+        self._wrote()
+
+    async def shared_get(self, key: str) -> str | None:
+        entry = self._live_shared(key)
+        return None if entry is None else str(entry.value)
+
+    async def shared_set(self, key: str, value: str, ttl_s: float) -> None:
+        self._shared[key] = _Expiring(value, self._clock() + ttl_s)
+        self._wrote()
+
+    async def shared_incr(self, key: str, amount: int, ttl_s: float) -> int:
+        entry = self._live_shared(key)
+        if entry is None:
+            entry = self._shared[key] = _Expiring("0", self._clock() + ttl_s)
+        total = int(entry.value) + amount
+        entry.value = str(total)
+        self._wrote()
+        return total
+
+    async def shared_delete(self, key: str) -> None:
+        self._shared.pop(key, None)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        return None
+
+    def _live_tat(self, name: str, now: float) -> float | None:
+        tat = self._tats.get(name)
+        if tat is not None and tat <= now:
+            del self._tats[name]
+            return None
+        return tat
+
+    def _live_shared(self, key: str) -> _Expiring | None:
+        entry = self._shared.get(key)
+        if entry is not None and entry.expires_at <= self._clock():
+            del self._shared[key]
+            return None
+        return entry
+
+    def _wrote(self) -> None:
+        self._writes += 1
+        if self._writes % _SWEEP_EVERY == 0:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        now = self._clock()
+        self._tats = {k: t for k, t in self._tats.items() if t > now}
+        self._shared = {k: e for k, e in self._shared.items() if e.expires_at > now}
+        for key in [k for k, e in self._cache.items() if e.expires_at <= now]:
+            del self._cache[key]
+
+
+def _limit_key(scope: str, check: LimitCheck) -> str:
+    return f"{check_scope(scope)}:{check.name}"

@@ -1,0 +1,335 @@
+"""Redis :class:`StateStore` (redis-py asyncio), shared by every gateway replica.
+
+* One Lua script per atomic operation; scripts read the clock with ``redis.call('TIME')``
+  so replicas with skewed clocks still agree.
+* Redis Cluster safe: every script touches the keys of one scope only, and a scope's keys
+  share a hash tag (``sy:{key:abc}:requests``, ``sy:{key:abc}:tokens``), so one slot.
+  Key records all live under the ``{keys}`` tag.
+* Short socket timeouts and at most one immediate retry. When Redis fails, the store is
+  marked down: it logs one warning per outage, counts it in :attr:`health`, raises
+  :class:`StateUnavailable` at once (no network wait) until ``probe_interval_s`` has
+  passed, then tries again; the first success logs the recovery. redis-py reconnects by
+  itself, and reloads scripts that a restarted server forgot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import structlog
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    ReadOnlyError,
+    RedisClusterException,
+    TimeoutError,
+    TryAgainError,
+)
+
+from gateway.state.base import (
+    LimitCheck,
+    Reservation,
+    Spend,
+    StateStore,
+    StateUnavailable,
+    StoreHealth,
+    check_scope,
+    limit_state,
+)
+
+T = TypeVar("T")
+Client = Redis | RedisCluster
+log = structlog.get_logger("switchyard.state")
+
+_OUTAGE = (
+    ConnectionError,
+    TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    ReadOnlyError,
+    RedisClusterException,
+    OSError,
+)
+
+_NOW_US = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+"""
+
+# KEYS: one TAT per limit (one slot). ARGV: limit, period_us, cost for each key.
+# Returns {allowed, wait_us, never, ahead_us...}; numbers as strings to keep fractions.
+RESERVE = (
+    _NOW_US
+    + """
+local old, new = {}, {}
+local wait, never = 0, 0
+for i = 1, #KEYS do
+  local limit = tonumber(ARGV[3 * i - 2])
+  local period = tonumber(ARGV[3 * i - 1])
+  local cost = tonumber(ARGV[3 * i])
+  local tat = tonumber(redis.call('GET', KEYS[i]))
+  if tat == nil or tat < now then tat = now end
+  old[i] = tat
+  new[i] = tat + cost * period / limit
+  if cost > limit then never = 1 end
+  if new[i] - period - now > wait then wait = new[i] - period - now end
+end
+local allowed = 0
+if never == 0 and wait <= 1 then allowed = 1 end
+local out = {tostring(allowed), string.format('%.17g', wait), tostring(never)}
+for i = 1, #KEYS do
+  local tat = old[i]
+  if allowed == 1 then
+    tat = new[i]
+    local ttl = math.ceil((tat - now) / 1000) + 1
+    redis.call('SET', KEYS[i], string.format('%.17g', tat), 'PX', string.format('%.0f', ttl))
+  end
+  out[#out + 1] = string.format('%.17g', tat - now)
+end
+return out
+"""
+)
+
+# KEYS: TATs. ARGV: limit, period_us, delta for each key. No check: reconcile/rollback.
+ADJUST = (
+    _NOW_US
+    + """
+for i = 1, #KEYS do
+  local limit = tonumber(ARGV[3 * i - 2])
+  local period = tonumber(ARGV[3 * i - 1])
+  local tat = tonumber(redis.call('GET', KEYS[i]))
+  if tat == nil or tat < now then tat = now end
+  tat = tat + tonumber(ARGV[3 * i]) * period / limit
+  if tat <= now then
+    redis.call('DEL', KEYS[i])
+  else
+    local ttl = math.ceil((tat - now) / 1000) + 1
+    redis.call('SET', KEYS[i], string.format('%.17g', tat), 'PX', string.format('%.0f', ttl))
+  end
+end
+return 1
+"""
+)
+
+# KEYS[1]: spend hash {start, usd}. ARGV: window_s, usd to add (0 reads).
+SPEND = """
+local w = tonumber(ARGV[1])
+local start = math.floor(tonumber(redis.call('TIME')[1]) / w) * w
+local s = string.format('%.0f', start)
+if redis.call('HGET', KEYS[1], 'start') ~= s then
+  if tonumber(ARGV[2]) == 0 then return {'0', s} end
+  redis.call('HSET', KEYS[1], 'start', s, 'usd', '0')
+end
+local total = redis.call('HINCRBYFLOAT', KEYS[1], 'usd', ARGV[2])
+redis.call('EXPIRE', KEYS[1], string.format('%.0f', 2 * w))
+return {total, s}
+"""
+
+# KEYS: record by hash, id -> hash, set of ids (all under the {keys} tag).
+KEY_PUT = """
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SADD', KEYS[3], ARGV[3])
+return 1
+"""
+
+SHARED_INCR = """
+local v = redis.call('INCRBY', KEYS[1], ARGV[1])
+if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return v
+"""
+
+
+def connect(url: str, *, cluster: bool = False, timeout_s: float = 0.5) -> Client:
+    """A redis-py asyncio client with short timeouts and one immediate retry (which also
+    replaces a pooled connection that a restarted server closed). The pool is unbounded:
+    a bounded one fails fast when full, which would read as an outage under load."""
+    options: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 1),
+    }
+    if cluster:
+        return RedisCluster.from_url(url, **options)
+    return Redis.from_url(url, **options)
+
+
+class RedisStateStore(StateStore):
+    """A :class:`StateStore` on Redis. ``prefix`` namespaces every key (tests use it)."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        prefix: str = "sy",
+        probe_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.health = StoreHealth()
+        self.shared = True
+        self._client = client
+        self._prefix = prefix
+        self._probe_interval = probe_interval_s
+        self._clock = clock
+        self._retry_at = 0.0
+        self._reserve = client.register_script(RESERVE)
+        self._adjust = client.register_script(ADJUST)
+        self._spend = client.register_script(SPEND)
+        self._key_put = client.register_script(KEY_PUT)
+        self._incr = client.register_script(SHARED_INCR)
+
+    @classmethod
+    def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> RedisStateStore:
+        """Connect lazily (nothing is sent until the first operation)."""
+        return cls(connect(url, cluster=cluster), **kwargs)
+
+    async def reserve(self, scope: str, checks: Sequence[LimitCheck]) -> Reservation:
+        keys = [self._limit_key(scope, c) for c in checks]
+        args = [a for c in checks for a in (c.limit, round(c.period_s * 1e6), c.cost)]
+        raw: list[bytes] = await self._run(lambda: self._reserve(keys, args))
+        allowed, never = raw[0] == b"1", raw[2] == b"1"
+        wait_s = float(raw[1]) / 1e6
+        states = tuple(limit_state(c, float(a) / 1e6) for c, a in zip(checks, raw[3:], strict=True))
+        retry = None if allowed or never else max(wait_s, 1e-3)
+        return Reservation(allowed, retry, states)
+
+    async def adjust(self, scope: str, checks: Sequence[LimitCheck]) -> None:
+        keys = [self._limit_key(scope, c) for c in checks]
+        args = [a for c in checks for a in (c.limit, round(c.period_s * 1e6), c.cost)]
+        await self._run(lambda: self._adjust(keys, args))
+
+    async def spend_add(self, scope: str, window_s: int, usd: float) -> Spend:
+        return await self._spend_call(scope, window_s, usd)
+
+    async def spend_get(self, scope: str, window_s: int) -> Spend:
+        return await self._spend_call(scope, window_s, 0.0)
+
+    async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
+        keys = [self._record_key(key_hash), self._id_key(key_id), self._ids_key()]
+        await self._run(lambda: self._key_put(keys, [record, key_hash, key_id]))
+
+    async def key_get(self, key_hash: str) -> str | None:
+        raw = await self._run(lambda: self._client.get(self._record_key(key_hash)))
+        return _text(raw)
+
+    async def key_find(self, key_id: str) -> tuple[str, str] | None:
+        key_hash = _text(await self._run(lambda: self._client.get(self._id_key(key_id))))
+        if key_hash is None:
+            return None
+        record = await self.key_get(key_hash)
+        return None if record is None else (key_hash, record)
+
+    async def key_list(self) -> list[str]:
+        ids = sorted(await self._run(lambda: self._client.smembers(self._ids_key())))
+        if not ids:
+            return []
+        hashes = await self._run(lambda: self._client.mget([self._id_key(_str(i)) for i in ids]))
+        rec_keys = [self._record_key(_str(h)) for h in hashes if h is not None]
+        records = await self._run(lambda: self._client.mget(rec_keys)) if rec_keys else []
+        return [_str(r) for r in records if r is not None]
+
+    async def key_count(self) -> int:
+        count: int = await self._run(lambda: self._client.scard(self._ids_key()))
+        return count
+
+    async def cache_get(self, key: str) -> bytes | None:
+        raw = await self._run(lambda: self._client.get(f"{self._prefix}:cache:{key}"))
+        return raw.encode() if isinstance(raw, str) else raw
+
+    async def cache_set(self, key: str, value: bytes, ttl_s: float) -> None:
+        ttl_ms = max(1, round(ttl_s * 1000))
+        await self._run(lambda: self._client.set(f"{self._prefix}:cache:{key}", value, px=ttl_ms))
+
+    async def shared_get(self, key: str) -> str | None:
+        return _text(await self._run(lambda: self._client.get(self._shared_key(key))))
+
+    async def shared_set(self, key: str, value: str, ttl_s: float) -> None:
+        ttl_ms = max(1, round(ttl_s * 1000))
+        await self._run(lambda: self._client.set(self._shared_key(key), value, px=ttl_ms))
+
+    async def shared_incr(self, key: str, amount: int, ttl_s: float) -> int:
+        ttl_ms = max(1, round(ttl_s * 1000))
+        keys = [self._shared_key(key)]
+        value = await self._run(lambda: self._incr(keys, [amount, ttl_ms]))
+        return int(value)
+
+    async def shared_delete(self, key: str) -> None:
+        await self._run(lambda: self._client.delete(self._shared_key(key)))
+
+    async def ping(self) -> bool:
+        try:
+            await self._run(lambda: self._client.ping())
+        except StateUnavailable:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _spend_call(self, scope: str, window_s: int, usd: float) -> Spend:
+        key = f"{self._prefix}:{{{check_scope(scope)}}}:spend:{window_s}"
+        raw: list[bytes] = await self._run(lambda: self._spend([key], [window_s, repr(usd)]))
+        start = float(raw[1])
+        return Spend(float(raw[0]), start, start + window_s)
+
+    async def _run(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run one Redis operation, mapping outages to :class:`StateUnavailable`."""
+        if not self.health.available and self._clock() < self._retry_at:
+            raise StateUnavailable("redis is down; waiting before the next try")
+        try:
+            result = await operation()
+        except _OUTAGE as exc:
+            self._mark_down(exc)
+            raise StateUnavailable(f"redis unavailable: {type(exc).__name__}: {exc}") from exc
+        if not self.health.available:
+            self._mark_up()
+        return result
+
+    def _mark_down(self, exc: BaseException) -> None:
+        self.health.errors += 1
+        self._retry_at = self._clock() + self._probe_interval
+        if self.health.available:
+            self.health.available = False
+            self.health.outages += 1
+            self.health.down_since = time.time()
+            log.warning(
+                "state_store_unavailable",
+                store="redis",
+                error=f"{type(exc).__name__}: {exc}",
+                fallback="rate limits use local counters; budgets refuse requests",
+            )
+
+    def _mark_up(self) -> None:
+        down_for = time.time() - (self.health.down_since or time.time())
+        self.health.available = True
+        self.health.down_since = None
+        log.info("state_store_recovered", store="redis", down_s=round(down_for, 3))
+
+    def _limit_key(self, scope: str, check: LimitCheck) -> str:
+        return f"{self._prefix}:{{{check_scope(scope)}}}:{check.name}"
+
+    def _record_key(self, key_hash: str) -> str:
+        return f"{self._prefix}:{{keys}}:hash:{key_hash}"
+
+    def _id_key(self, key_id: str) -> str:
+        return f"{self._prefix}:{{keys}}:id:{key_id}"
+
+    def _ids_key(self) -> str:
+        return f"{self._prefix}:{{keys}}:ids"
+
+    def _shared_key(self, key: str) -> str:
+        return f"{self._prefix}:shared:{key}"
+
+
+def _text(raw: bytes | str | None) -> str | None:
+    return None if raw is None else _str(raw)
+
+
+def _str(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -1,0 +1,142 @@
+"""Plain, frozen inputs to routing: what a request needs, what a deployment is, how it is doing.
+
+The gateway builds these from its config and its live counters; the simulator in
+``bench/route_sim.py`` builds them from its own model. Nothing here does I/O.
+
+Units: milliseconds for latencies, tokens per second for rates, US dollars for money,
+seconds (on the caller's monotonic clock) for ``cooled_down_until`` and ``now``.
+``None`` always means "not known here", never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FitClass = Literal["fits", "kv_spills", "partial_offload", "does_not_fit"]
+"""How a model fits a device, as the memory planner (``gateway.planner``) classifies it."""
+
+FIT_CLASSES: tuple[FitClass, ...] = ("fits", "kv_spills", "partial_offload", "does_not_fit")
+
+DEFAULT_OUTPUT_TOKENS = 256
+"""Output length assumed for cost and latency estimates when a request sets no ``max_tokens``."""
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    """What one request needs, as far as routing cares.
+
+    ``prefix_key`` is anything that identifies reusable context (a session id, or a hash
+    of the system prompt and leading messages); ``affinity`` sends equal keys to the same
+    deployment. ``request_id`` seeds the deterministic draw of ``weighted``.
+    ``expected_output_tokens`` overrides the guess used for cost and latency.
+    """
+
+    prompt_tokens: int
+    max_tokens: int | None = None
+    needs_tools: bool = False
+    needs_json_schema: bool = False
+    has_images: bool = False
+    prefix_key: str | None = None
+    stream: bool = False
+    request_id: str = ""
+    expected_output_tokens: int | None = None
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens to plan for: the hint, else ``max_tokens``, else a default."""
+        if self.expected_output_tokens is not None:
+            return self.expected_output_tokens
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return DEFAULT_OUTPUT_TOKENS
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a deployment can serve. ``context_length`` ``None`` means unknown (not checked)."""
+
+    tools: bool = False
+    json_schema: bool = False
+    images: bool = False
+    context_length: int | None = None
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What a deployment costs.
+
+    Per-token prices (dollars per million tokens) win when given. Otherwise a local
+    deployment's ``usd_per_hour`` is turned into per-token prices with its measured (or
+    declared) prefill and decode capacity: $/hour ÷ (3600 x tokens/s) per token.
+    """
+
+    input_per_1m: float | None = None
+    output_per_1m: float | None = None
+    usd_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class CandidateFacts:
+    """A deployment as configured, plus its health state.
+
+    ``max_concurrency`` is the capacity ``least_loaded`` divides by when the deployment
+    reports no slots (for an API: its concurrency or rate limit). ``base_ttft_ms`` is a
+    fixed part of time to first token (network, scheduling) added to prefill time.
+    ``last_failure_at`` lets ``healthy`` pick the least-recently-failed one as a last resort.
+    """
+
+    name: str
+    backend: str
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    pricing: Pricing = field(default_factory=Pricing)
+    fit: FitClass | None = None
+    healthy: bool = True
+    cooled_down_until: float | None = None
+    last_failure_at: float | None = None
+    weight: float = 1.0
+    max_concurrency: int | None = None
+    base_ttft_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class LiveFigures:
+    """Recent measurements of one deployment, kept by the gateway (EWMA where it says so).
+
+    ``decode_tokens_per_s`` is the aggregate decode rate the engine sustains with its slots
+    full (all streams together); ``prefill_tokens_per_s`` its prompt-processing rate (as
+    llama.cpp's ``prompt_tokens_seconds`` reports it). ``prefill_backlog_tokens`` counts
+    prompt tokens of requests sent to the deployment that have not had their first token
+    yet (the gateway knows this itself): a new prompt waits for them. Queue wait comes
+    from ``ewma_service_ms`` (how long a request holds a slot) and ``departures_per_s``
+    (requests finished per second, recently). ``kv_used``/``kv_total`` are in any
+    consistent unit (tokens, blocks, bytes).
+    """
+
+    ewma_ttft_ms: float | None = None
+    ewma_itl_ms: float | None = None
+    ewma_service_ms: float | None = None
+    departures_per_s: float | None = None
+    error_rate: float = 0.0
+    in_flight: int = 0
+    queue_depth: int = 0
+    slots_busy: int | None = None
+    slots_total: int | None = None
+    kv_used: float | None = None
+    kv_total: float | None = None
+    prefill_tokens_per_s: float | None = None
+    decode_tokens_per_s: float | None = None
+    prefill_backlog_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One deployment as routing sees it: configuration and live figures together."""
+
+    facts: CandidateFacts
+    live: LiveFigures = field(default_factory=LiveFigures)
+
+    @property
+    def name(self) -> str:
+        """The deployment's name."""
+        return self.facts.name

@@ -1,0 +1,146 @@
+"""The two shapes of a policy step, and the working state a policy threads through them.
+
+A *filter* says pass or drop for each candidate. What happens when it would drop them
+all is the filter's documented choice (:attr:`FilterStep.on_empty`): ``reject`` leaves
+the request with no candidate (the gateway answers with an error), ``keep_least_bad``
+keeps the one with the lowest badness and says so.
+
+A *ranker* gives each candidate a score, lower is better. Rankers compose like SQL's
+``ORDER BY a, b``: the first ranker in the policy decides, later ones break its ties,
+and the config order breaks the rest.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from policies.facts import Candidate, RequestFacts
+from policies.outcome import StepNote
+
+OnEmpty = Literal["reject", "keep_least_bad"]
+
+
+class NoArgs(BaseModel):
+    """Arguments of a primitive that takes none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class RouteContext:
+    """What every step may look at besides the candidate: the request and the clock."""
+
+    request: RequestFacts
+    now: float = 0.0
+
+
+@dataclass
+class Entry:
+    """A candidate in flight through one routing call (mutable, private to that call)."""
+
+    candidate: Candidate
+    order: int
+    keys: list[float] = field(default_factory=list)
+    notes: list[StepNote] = field(default_factory=list)
+
+
+@dataclass
+class StepOutcome:
+    """What a step leaves behind: survivors, newly dropped entries, an optional remark."""
+
+    kept: list[Entry]
+    dropped: list[Entry] = field(default_factory=list)
+    remark: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """A filter's verdict on one candidate; ``badness`` orders last-resort rescue."""
+
+    ok: bool
+    detail: str
+    badness: float = 0.0
+
+
+@dataclass(frozen=True)
+class Score:
+    """A ranker's score for one candidate (lower ranks first)."""
+
+    key: float
+    detail: str
+
+
+class Step(ABC):
+    """A named, configured policy step."""
+
+    name: ClassVar[str]
+    args_model: ClassVar[type[BaseModel]] = NoArgs
+
+    @abstractmethod
+    def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
+        """Run over the surviving entries, adding notes (and scores) to them."""
+
+    def describe(self) -> str:
+        """The step as it would be written in YAML, for display."""
+        return self.name
+
+
+class FilterStep(Step):
+    """Base for filters: implement :meth:`check`; choose :attr:`on_empty`."""
+
+    on_empty: ClassVar[OnEmpty] = "reject"
+
+    @abstractmethod
+    def check(self, ctx: RouteContext, cand: Candidate) -> Check:
+        """Pass or drop one candidate, with a short reason."""
+
+    def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
+        """Drop failing entries; if none survive, apply :attr:`on_empty`."""
+        return run_filter(self.name, self.on_empty, entries, lambda c: self.check(ctx, c))
+
+
+class RankStep(Step):
+    """Base for rankers: implement :meth:`score`."""
+
+    @abstractmethod
+    def score(self, ctx: RouteContext, cand: Candidate) -> Score:
+        """Score one candidate; lower ranks first."""
+
+    def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
+        """Append each entry's score as its next sort key."""
+        for entry in entries:
+            result = self.score(ctx, entry.candidate)
+            entry.keys.append(result.key)
+            entry.notes.append(StepNote(self.name, "score", result.detail, result.key))
+        return StepOutcome(kept=entries)
+
+
+def run_filter(
+    name: str,
+    on_empty: OnEmpty,
+    entries: list[Entry],
+    check: Callable[[Candidate], Check],
+) -> StepOutcome:
+    """Shared filter logic: note verdicts, split kept/dropped, rescue if asked to."""
+    kept: list[Entry] = []
+    dropped: list[tuple[Entry, Check]] = []
+    for entry in entries:
+        verdict = check(entry.candidate)
+        entry.notes.append(StepNote(name, "pass" if verdict.ok else "drop", verdict.detail))
+        if verdict.ok:
+            kept.append(entry)
+        else:
+            dropped.append((entry, verdict))
+    if kept or not dropped:
+        return StepOutcome(kept=kept, dropped=[e for e, _ in dropped])
+    if on_empty == "reject":
+        return StepOutcome([], [e for e, _ in dropped], f"{name}: no candidate passes")
+    best, best_check = min(dropped, key=lambda pair: (pair[1].badness, pair[0].order))
+    best.notes[-1] = StepNote(name, "rescued", f"last resort: {best_check.detail}")
+    rest = [e for e, _ in dropped if e is not best]
+    return StepOutcome([best], rest, f"{name}: none passed, kept {best.candidate.name}")
