@@ -1,22 +1,28 @@
 """Backend kinds: the settings model each deployment kind validates with, and its factory.
 
-Adding a backend is one module, one entry in :data:`DeploymentConfig` and one in
-:func:`_factories`. Factories import their module lazily, so an engine that is not
+Adding a backend is one module, one member of :data:`DeploymentConfig` and one entry in
+:func:`_factories`. Factories import their engine lazily, so an engine that is not
 installed (vLLM) costs nothing until a config asks for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import Field
+
+from backends.anthropic import AnthropicSettings
 from backends.base import Backend
 from backends.llamacpp import LlamaCppSettings
+from backends.openai_compat import OpenAICompatSettings
 
-# one member today: pydantic needs a Union for a discriminator, so it is added with the second
-DeploymentConfig = LlamaCppSettings
+DeploymentConfig = Annotated[
+    LlamaCppSettings | OpenAICompatSettings | AnthropicSettings,
+    Field(discriminator="backend"),
+]
 
-BACKEND_KINDS: tuple[str, ...] = ("llamacpp",)
+BACKEND_KINDS: tuple[str, ...] = ("llamacpp", "openai", "anthropic")
 
 
 def _llamacpp(settings: Any) -> Backend:
@@ -25,8 +31,20 @@ def _llamacpp(settings: Any) -> Backend:
     return LlamaCppBackend(settings)
 
 
+def _openai(settings: Any) -> Backend:
+    from backends.openai_compat import OpenAICompatBackend
+
+    return OpenAICompatBackend(settings)
+
+
+def _anthropic(settings: Any) -> Backend:
+    from backends.anthropic import AnthropicBackend
+
+    return AnthropicBackend(settings)
+
+
 def _factories() -> dict[str, Callable[[Any], Backend]]:
-    return {"llamacpp": _llamacpp}
+    return {"llamacpp": _llamacpp, "openai": _openai, "anthropic": _anthropic}
 
 
 def create_backend(settings: DeploymentConfig) -> Backend:

@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=_check_config)
 
     # subcommands that live beside their feature: each module adds its own parsers
+    __import__("gateway.routing_cli", fromlist=["register"]).register(sub)
     __import__("gateway.keys_cli", fromlist=["register"]).register(sub)
     __import__("gateway.bench_cli", fromlist=["register"]).register(sub)
     __import__("gateway.models_cli", fromlist=["register"]).register(sub)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from backends.registry import BACKEND_KINDS, DeploymentConfig
 from gateway.cache import CacheRule
+from gateway.placement import DeviceSpec
 from gateway.reliability import ReliabilitySettings
 from policies.policy import Policy, PolicyField
 
@@ -32,6 +33,7 @@ class GatewayConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    devices: list[DeviceSpec] = Field(default_factory=list)
     deployments: list[DeploymentConfig] = Field(min_length=1)
     models: dict[str, ModelRoute] = Field(min_length=1)
     reliability: ReliabilitySettings = ReliabilitySettings()
@@ -111,6 +113,8 @@ def _issues_from(exc: ValidationError, root: yaml.Node | None, filename: str) ->
     issues = []
     for error in exc.errors():
         loc = [part for part in error["loc"] if not _is_union_tag(part)]
+        if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc.append("backend")  # point at the field that picks the backend kind
         field = ".".join(str(p) for p in loc) or "-"
         issues.append(ConfigIssue(filename, _line_of(root, loc), field, error["msg"]))
     return issues

@@ -35,6 +35,7 @@ from gateway.errors import (
 )
 from gateway.limits import DeploymentLimitedError
 from gateway.live import Attempt, DeploymentTracker
+from gateway.placement import plan_deployments
 from gateway.protocol import ModelList
 from gateway.protocol.common import Model
 from gateway.reliability import CircuitBreaker, backoff_delay
@@ -139,7 +140,8 @@ class Gateway:
             **{name: self.trackers[name] for name in keep},
             **{name: DeploymentTracker() for name in fresh},
         }
-        self.config, self.backends = config, {**keep, **fresh}
+        fits = await _memory_fits(config)
+        self.config, self.backends, self.fits = config, {**keep, **fresh}, fits
         self.config_version = config_version(config)
         for hook in self.on_reload:
             hook(config)
@@ -159,6 +161,7 @@ class Gateway:
 
     async def start(self) -> None:
         await asyncio.gather(*(b.start() for b in self.backends.values()))
+        self.fits = await _memory_fits(self.config)
         self.ready = True
 
     async def aclose(self) -> None:
@@ -182,16 +185,7 @@ class Gateway:
         """Rank ``model``'s deployments for ``request`` with the route's policy."""
         route = self.route(model)
         config, facts = self.config, request or RequestFacts(prompt_tokens=0)
-        pool = [
-            describe_deployment(
-                config.deployment(name),
-                self.backends[name],
-                self.breakers[name],
-                self.trackers[name],
-                self.fits.get(name),
-            )
-            for name in route.candidates
-        ]
+        pool = self.policy_candidates(model)
         decision = route.policy.route(facts, pool, now=time.monotonic())
         if decision.chosen is None:
             raise _nothing_can_serve(model, facts, pool, decision.reason())
@@ -205,6 +199,19 @@ class Gateway:
             for name in decision.names
         ]
         return Routing(ordered if route.fallback else ordered[:1], decision.reason(), facts)
+
+    def policy_candidates(self, model: str) -> list[PolicyCandidate]:
+        """``model``'s deployments as routing sees them now: config, health, live figures."""
+        return [
+            describe_deployment(
+                self.config.deployment(name),
+                self.backends[name],
+                self.breakers[name],
+                self.trackers[name],
+                self.fits.get(name),
+            )
+            for name in self.route(model).candidates
+        ]
 
     async def call(
         self,
@@ -328,6 +335,12 @@ def cost_usd(price: Price | None, prompt_tokens: int, completion_tokens: int) ->
     if price is None:
         return 0.0
     return (prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m) / 1e6
+
+
+async def _memory_fits(config: GatewayConfig) -> dict[str, FitClass]:
+    """Each local deployment's memory fit, for the ``fits_memory`` filter."""
+    placements = await asyncio.to_thread(plan_deployments, config.deployments, config.devices)
+    return {p.deployment: p.plan.fit for p in placements if p.plan is not None}
 
 
 def _breaker(config: GatewayConfig) -> CircuitBreaker:

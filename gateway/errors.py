@@ -33,6 +33,9 @@ class GatewayError(Exception):
     # does this failure say something about the deployment (breaker, fallback), rather
     # than about the request? 4xx caused by the request never do.
     counts_as_failure: bool = False
+    # what an upstream said, when the error maps an upstream answer
+    upstream_status: int | None = None
+    upstream_body: str | None = None
 
     def __init__(
         self,

@@ -62,7 +62,7 @@ def test_unknown_key_names_line_and_field(tmp_path: Path) -> None:
 
 def test_unknown_backend_kind(tmp_path: Path) -> None:
     path = write(tmp_path, VALID.replace("backend: llamacpp", "backend: teleport"))
-    assert only_issue(path).startswith(f"{path}:3: deployments.0")
+    assert only_issue(path).startswith(f"{path}:3: deployments.0.backend: ")
 
 
 def test_bad_policy_step_names_the_step(tmp_path: Path) -> None:

@@ -1,0 +1,444 @@
+"""Shared plumbing for backends that call a remote HTTP API.
+
+* :class:`HTTPDeploymentSettings`: where an upstream lives and how long to wait for it;
+* :func:`make_client`: one pooled ``httpx.AsyncClient`` per backend (HTTP/1.1 keep-alive);
+* :func:`post_json`: one whole answer under the deployment's deadlines;
+* :func:`open_sse`: a streamed response with a first-byte deadline, split into SSE events
+  without decoding them;
+* :func:`error_for_status` / :func:`error_for_transport`: upstream failures onto
+  :mod:`gateway.errors`.
+
+Every error raised from here has ``counts_as_failure`` set (declared on ``GatewayError``):
+True for connect errors, timeouts, cut streams, bad upstream JSON, 401/402/403/408/429/5xx;
+False for 400/404/413/422, which the client's request caused. Errors mapped from a status
+also keep ``upstream_status`` and ``upstream_body`` (declared on ``UpstreamError``, set on
+the other classes too; read them with :func:`upstream_status`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+from pydantic import Field
+
+from backends.base import DeploymentSettings, Timeouts
+from gateway.errors import (
+    ContextLengthExceededError,
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    NotFoundError,
+    RateLimitError,
+    ServiceUnavailableError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+
+USER_AGENT = "switchyard/0.1"
+_BODY_LIMIT = 4096
+
+
+def request_timeout(timeouts: Timeouts) -> httpx.Timeout:
+    """httpx timeouts for a whole (non-streamed) answer: reads bounded by ``total_s``."""
+    return httpx.Timeout(timeouts.total_s, connect=timeouts.connect_s, pool=timeouts.connect_s)
+
+
+def stream_timeout(timeouts: Timeouts) -> httpx.Timeout:
+    """httpx timeouts for a stream: no single read waits longer than ``first_token_s``."""
+    return httpx.Timeout(
+        first_byte_limit(timeouts), connect=timeouts.connect_s, pool=timeouts.connect_s
+    )
+
+
+def first_byte_limit(timeouts: Timeouts) -> float | None:
+    """Seconds a stream may wait for its first byte: ``first_token_s`` capped by ``total_s``."""
+    limits = [t for t in (timeouts.first_token_s, timeouts.total_s) if t is not None]
+    return min(limits) if limits else None
+
+
+class HTTPDeploymentSettings(DeploymentSettings):
+    """Fields shared by deployments behind a remote HTTP API."""
+
+    base_url: str = Field(min_length=1)
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    context_length: int | None = Field(default=None, ge=1)
+    max_connections: int = Field(default=1024, ge=1)
+
+
+def read_api_key(env_name: str | None) -> str | None:
+    """The key held in ``env_name``; ``RuntimeError`` if the variable is named but unset."""
+    if env_name is None:
+        return None
+    key = os.environ.get(env_name)
+    if not key:
+        raise RuntimeError(f"environment variable {env_name} (api_key_env) is not set")
+    return key
+
+
+def make_client(
+    settings: HTTPDeploymentSettings,
+    headers: Mapping[str, str],
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """One pooled client for one deployment: HTTP/1.1 keep-alive, sized for many streams."""
+    limits = httpx.Limits(
+        max_connections=settings.max_connections,
+        max_keepalive_connections=settings.max_connections,
+        keepalive_expiry=30.0,
+    )
+    return httpx.AsyncClient(
+        base_url=settings.base_url,
+        headers={"user-agent": USER_AGENT, **headers, **settings.headers},
+        timeout=request_timeout(settings.timeouts),
+        limits=limits,
+        transport=transport,
+        follow_redirects=False,
+    )
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+def annotate(
+    exc: GatewayError,
+    *,
+    counts_as_failure: bool,
+    upstream_status: int | None = None,
+    upstream_body: str | None = None,
+) -> GatewayError:
+    """Mark ``exc`` for the breaker and keep what the upstream said (status, body)."""
+    exc.counts_as_failure = counts_as_failure
+    if upstream_status is not None or upstream_body is not None:
+        exc.upstream_status, exc.upstream_body = upstream_status, upstream_body
+    return exc
+
+
+def counts_as_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` counts against the deployment (breaker, fallback); see error_for_status."""
+    return exc.counts_as_failure if isinstance(exc, GatewayError) else True
+
+
+def upstream_status(exc: BaseException) -> int | None:
+    """The HTTP status the upstream answered with, if there was one."""
+    value = getattr(exc, "upstream_status", None)
+    return value if isinstance(value, int) else None
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``retry-after-ms`` (preferred) or ``retry-after`` (seconds or HTTP date), in seconds."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_details(body: str) -> tuple[str | None, str | None, str | None]:
+    """``(message, code, type)`` from an OpenAI or Anthropic error body, when present."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, None, None
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, str):
+        return err, None, None
+    if not isinstance(err, dict):
+        return None, None, None
+    message, code, kind = err.get("message"), err.get("code"), err.get("type")
+    return (
+        message if isinstance(message, str) else None,
+        code if isinstance(code, str) else None,
+        kind if isinstance(kind, str) else None,
+    )
+
+
+def _client_error(status: int, message: str, code: str | None) -> GatewayError:
+    if status == 404:
+        cls404 = ModelNotFoundError if code == "model_not_found" else NotFoundError
+        return cls404(message, code=code)
+    if status == 413:
+        return InvalidRequestError(message, code=code or "request_too_large")
+    if code == "context_length_exceeded":
+        return ContextLengthExceededError(message)
+    return InvalidRequestError(message, code=code)
+
+
+def error_for_status(
+    deployment: str, status: int, body: str, headers: Mapping[str, str]
+) -> GatewayError:
+    """Map an upstream error response onto the gateway's error tree.
+
+    400/404/413/422: the client's fault, passed on, not a deployment failure.
+    401/402/403: our credentials or account, 502 with ``x-should-retry: false``.
+    408: 504. 429: 429 with retry-after. 529: 503 with retry-after. Other: 502.
+    """
+    body = body[:_BODY_LIMIT]
+    retry_after = retry_after_seconds(headers)
+    upstream_msg, code, _ = error_details(body)
+    detail = upstream_msg or body[:300] or "(empty body)"
+    exc: GatewayError
+    counts = True
+    if status in (400, 404, 413, 422):
+        exc, counts = _client_error(status, upstream_msg or detail, code), False
+    elif status in (401, 402, 403):
+        exc = UpstreamError(
+            f"upstream {deployment} rejected the gateway's credentials or account "
+            f"(HTTP {status}): {detail}; check the deployment's API key",
+            upstream_status=status,
+            upstream_body=body,
+            should_retry=False,
+        )
+    elif status == 408:
+        exc = UpstreamTimeoutError(f"upstream {deployment} timed out (HTTP 408): {detail}")
+    elif status == 429:
+        no_retry = code == "insufficient_quota"
+        exc = RateLimitError(
+            f"upstream {deployment} is rate limited: {detail}",
+            code=code or "rate_limit_exceeded",
+            retry_after=retry_after,
+            should_retry=False if no_retry else None,
+        )
+    elif status == 529:
+        exc = ServiceUnavailableError(
+            f"upstream {deployment} is overloaded: {detail}",
+            retry_after=retry_after if retry_after is not None else 1.0,
+        )
+    else:
+        exc = UpstreamError(
+            f"upstream {deployment} failed (HTTP {status}): {detail}",
+            upstream_status=status,
+            upstream_body=body,
+            retry_after=retry_after,
+        )
+    return annotate(exc, counts_as_failure=counts, upstream_status=status, upstream_body=body)
+
+
+def error_for_transport(deployment: str, exc: Exception) -> GatewayError:
+    """Map an httpx or deadline exception (no HTTP status) onto the error tree."""
+    out: GatewayError
+    if isinstance(exc, httpx.PoolTimeout):
+        out = ServiceUnavailableError(f"no free connection to upstream {deployment}")
+    elif isinstance(exc, httpx.TimeoutException | TimeoutError):
+        out = UpstreamTimeoutError(f"upstream {deployment} timed out ({type(exc).__name__})")
+    elif isinstance(exc, httpx.ConnectError):
+        out = ServiceUnavailableError(f"cannot connect to upstream {deployment}: {exc}")
+    else:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        out = UpstreamError(f"connection to upstream {deployment} failed ({detail})")
+    return annotate(out, counts_as_failure=True)
+
+
+def timeout_error(deployment: str, what: str) -> GatewayError:
+    """A deadline of ours ran out."""
+    exc = UpstreamTimeoutError(f"upstream {deployment}: {what}")
+    return annotate(exc, counts_as_failure=True)
+
+
+def protocol_error(deployment: str, what: str) -> GatewayError:
+    """The upstream broke the wire protocol (bad JSON, a stream cut short)."""
+    return annotate(UpstreamError(f"upstream {deployment}: {what}"), counts_as_failure=True)
+
+
+def response_error(deployment: str, response: httpx.Response) -> GatewayError:
+    """:func:`error_for_status` for a response whose body has been read."""
+    return error_for_status(deployment, response.status_code, response.text, response.headers)
+
+
+# --- streams --------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _open_stream(
+    client: httpx.AsyncClient, request: httpx.Request, deployment: str, first_byte_s: float | None
+) -> AsyncIterator[tuple[httpx.Response, bytes, AsyncIterator[bytes]]]:
+    """Send ``request`` and wait at most ``first_byte_s`` for the first body byte.
+
+    Yields ``(response, first_chunk, more_chunks)``; an error response is read in full and
+    raised. Leaving the block (normally, by error, by cancellation or ``aclose``) closes
+    the response at once, which closes the connection if the body was not fully read.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if first_byte_s is None else loop.time() + first_byte_s
+    try:
+        async with asyncio.timeout_at(deadline):
+            response = await client.send(request, stream=True)
+    except TimeoutError:
+        raise timeout_error(deployment, f"no response within {first_byte_s}s") from None
+    try:
+        try:
+            async with asyncio.timeout_at(deadline):
+                if response.is_error:
+                    await response.aread()
+                    raise response_error(deployment, response)
+                chunks = response.aiter_bytes()
+                first = await anext(chunks, b"")
+        except TimeoutError:
+            raise timeout_error(deployment, f"no first byte within {first_byte_s}s") from None
+        yield response, first, chunks
+    finally:
+        await response.aclose()
+
+
+class FrameStream:
+    """The SSE frames of one streamed response (see :func:`open_sse`)."""
+
+    def __init__(
+        self, first: bytes, chunks: AsyncIterator[bytes], deployment: str, deadline: float | None
+    ) -> None:
+        self._chunks = chunks
+        self._frames = iter_frames(first, chunks, deployment, deadline)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._frames
+
+    async def finish(self) -> None:
+        """The end marker was seen: read the rest so the connection goes back to the pool."""
+        await self._frames.aclose()
+        await drain(self._chunks)
+
+
+@asynccontextmanager
+async def open_sse(
+    client: httpx.AsyncClient, request: httpx.Request, deployment: str, timeouts: Timeouts
+) -> AsyncIterator[FrameStream]:
+    """Send a streaming ``request`` and iterate its SSE frames under ``timeouts``.
+
+    The first body byte must arrive within ``first_token_s``; every later read within the
+    client's read timeout; the whole stream within ``total_s``. Leaving the block closes
+    the response (and, unless :meth:`FrameStream.finish` drained it, its connection).
+    """
+    total_s = timeouts.total_s
+    deadline = None if total_s is None else asyncio.get_running_loop().time() + total_s
+    first_byte_s = first_byte_limit(timeouts)
+    async with _open_stream(client, request, deployment, first_byte_s) as (_, first, chunks):
+        yield FrameStream(first, chunks, deployment, deadline)
+
+
+@contextlib.contextmanager
+def map_transport_errors(deployment: str) -> Iterator[None]:
+    """httpx failures and stray deadlines onto gateway.errors (see error_for_transport)."""
+    try:
+        yield
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise error_for_transport(deployment, exc) from exc
+
+
+async def post_json(
+    client: httpx.AsyncClient, path: str, body: Any, deployment: str, total_s: float | None
+) -> bytes:
+    """POST ``body`` and return the answer's bytes; errors mapped, ``total_s`` enforced."""
+    with map_transport_errors(deployment):
+        try:
+            async with asyncio.timeout(total_s):
+                response = await client.post(path, json=body)
+        except TimeoutError:
+            raise timeout_error(deployment, f"no answer within {total_s}s") from None
+    if response.is_error:
+        raise response_error(deployment, response)
+    return response.content
+
+
+async def iter_frames(
+    first: bytes, chunks: AsyncIterator[bytes], deployment: str, deadline: float | None
+) -> AsyncGenerator[bytes, None]:
+    """Split a byte stream into SSE events: their lines, without the blank line ending each.
+
+    ``deadline`` is a loop time; it is checked after every read (reads themselves are
+    bounded by the client's read timeout), so a stream never runs far past ``total_s``.
+    """
+    loop = asyncio.get_running_loop()
+    buffer = b""
+    chunk = first
+    while True:
+        buffer += chunk
+        if b"\r" in buffer:  # CRLF line ends, possibly split across reads
+            buffer = buffer.replace(b"\r\n", b"\n")
+        if b"\n\n" in buffer:
+            *frames, buffer = buffer.split(b"\n\n")
+            for frame in frames:
+                if frame:
+                    yield frame
+        if deadline is not None and loop.time() > deadline:
+            raise timeout_error(deployment, "stream exceeded its total timeout")
+        next_chunk = await anext(chunks, None)
+        if next_chunk is None:
+            break
+        chunk = next_chunk
+    if buffer.strip():
+        yield buffer.rstrip(b"\n")
+
+
+async def drain(chunks: AsyncIterator[bytes], limit_s: float = 1.0) -> None:
+    """Read what is left of a body (after ``[DONE]``) so its connection can be reused.
+
+    Failures and a slow tail are ignored: the answer is complete, and the response's
+    close then drops the connection instead of pooling it.
+    """
+    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(limit_s):
+            async for _ in chunks:
+                pass
+
+
+def data_frame(frame: bytes) -> bytes | None:
+    """``frame`` as one ``data: ...`` line (OpenAI's shape, returned as is), or ``None``.
+
+    Frames with ``event:``, comment or several ``data`` lines are rebuilt as one line;
+    frames without data (comments, keep-alives) give ``None``.
+    """
+    if frame.startswith(b"data:") and b"\n" not in frame:
+        return frame
+    _, data = parse_event(frame)
+    return b"data: " + data.encode() if data else None
+
+
+def parse_event(frame: bytes) -> tuple[str | None, str]:
+    """``(event, data)`` of a general SSE frame; comment lines are skipped."""
+    event: str | None = None
+    data: list[str] = []
+    for line in frame.decode("utf-8").split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            event = value
+        elif field == "data":
+            data.append(value)
+    return event, "\n".join(data)
+
+
+def estimate_tokens(chars: int) -> int:
+    """Tokens for ``chars`` characters when the upstream reports none: about 4 per token."""
+    return (chars + 3) // 4
+
+
+def load_json(data: bytes | str, deployment: str) -> Any:
+    """``json.loads`` that reports bad upstream JSON as an upstream failure."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise protocol_error(deployment, "sent invalid JSON") from None
