@@ -23,6 +23,7 @@ from gateway.limits import RateLimit
 from gateway.middleware import RequestContextMiddleware, add_request_id
 from gateway.reload import ConfigWatcher
 from gateway.serving import Services
+from gateway.sharing import ReplicaSync
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
 from gateway.telemetry import Telemetry
@@ -62,6 +63,9 @@ def create_app(
         if settings.config_path is not None and settings.watch_config:
             watcher = ConfigWatcher(settings.config_path, gw)
             watcher.start()
+        sync = ReplicaSync(store, gw) if settings.state.redis_url else None
+        if sync is not None:
+            await sync.start()
         open_mode = not await services.admission.keys.auth_enabled()
         log.info(
             "gateway_ready",
@@ -76,6 +80,8 @@ def create_app(
         finally:
             if watcher is not None:
                 await watcher.stop()
+            if sync is not None:
+                await sync.stop()
             await gw.aclose()
             await store.aclose()
             tel.shutdown()

@@ -55,6 +55,8 @@ class DeploymentTracker:
     in_flight: int = 0
     prefill_backlog_tokens: int = 0
     _departures: deque[float] = field(default_factory=deque)
+    peers: list[dict[str, float | None]] = field(default_factory=list)
+    """Other replicas' averages of this deployment (ewma_ttft_ms, ewma_itl_ms, ...)."""
 
     def begin(self, prompt_tokens: int) -> Attempt:
         self.in_flight += 1
@@ -82,14 +84,26 @@ class DeploymentTracker:
             self.ewma_itl_ms = _ewma(self.ewma_itl_ms, itl)
         self._departures.append(now)
 
+    def averages(self) -> dict[str, float | None]:
+        """What this replica shares with the others."""
+        return {
+            "ewma_ttft_ms": self.ewma_ttft_ms,
+            "ewma_itl_ms": self.ewma_itl_ms,
+            "ewma_service_ms": self.ewma_service_ms,
+        }
+
+    def _blend(self, name: str, own: float | None) -> float | None:
+        values = [v for v in (own, *(p.get(name) for p in self.peers)) if v is not None]
+        return sum(values) / len(values) if values else None
+
     def figures(self, engine: LiveStats) -> LiveFigures:
         now = self.clock()
         while self._departures and now - self._departures[0] > WINDOW_S:
             self._departures.popleft()
         return LiveFigures(
-            ewma_ttft_ms=self.ewma_ttft_ms,
-            ewma_itl_ms=self.ewma_itl_ms,
-            ewma_service_ms=self.ewma_service_ms,
+            ewma_ttft_ms=self._blend("ewma_ttft_ms", self.ewma_ttft_ms),
+            ewma_itl_ms=self._blend("ewma_itl_ms", self.ewma_itl_ms),
+            ewma_service_ms=self._blend("ewma_service_ms", self.ewma_service_ms),
             departures_per_s=len(self._departures) / WINDOW_S if self._departures else None,
             error_rate=self.error_rate,
             in_flight=max(self.in_flight, engine.in_flight),

@@ -71,6 +71,13 @@ class CircuitBreaker:
     def record_success(self) -> None:
         self.failures, self.openings, self._probing = 0, 0, False
 
+    def open_for(self, seconds: float) -> None:
+        """Open now for ``seconds``, because another replica saw this deployment fail."""
+        self.failures = max(self.failures, self.failure_threshold)
+        self.openings = max(self.openings, 1)
+        self.open_until = max(self.open_until, self.clock() + seconds)
+        self._probing = False
+
     def record_abandoned(self) -> None:
         """The request went away before an outcome: free a half-open probe."""
         self._probing = False

@@ -38,7 +38,9 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(config: Path, log_path: Path, timeout_s: float = 60.0) -> Server:
+def start_server(
+    config: Path, log_path: Path, timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> Server:
     """Start `switchyard serve` on a free loopback port and wait until it is ready."""
     port = free_port()
     command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
@@ -47,7 +49,7 @@ def start_server(config: Path, log_path: Path, timeout_s: float = 60.0) -> Serve
             [*command, "--port", str(port)],
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
     server = Server(f"http://127.0.0.1:{port}", process, log_path)
     deadline = time.monotonic() + timeout_s
