@@ -33,6 +33,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
+from gateway.frames import Deadline, FrameStream
 from gateway.limits import DeploymentLimitedError
 from gateway.live import Attempt, DeploymentTracker
 from gateway.placement import plan_deployments
@@ -77,14 +78,14 @@ class Routed(Generic[T]):
 
 
 @dataclass
-class OpenedStream(Generic[T]):
-    """A stream whose first chunk has arrived: safe to commit the HTTP response.
+class OpenedStream:
+    """A stream whose first frame has arrived: safe to commit the HTTP response.
 
     Whoever consumes ``rest`` reports the end through ``attempt.finish(tokens)``."""
 
     candidate: Candidate
-    first: T
-    rest: AsyncIterator[T]
+    first: bytes
+    rest: FrameStream
     reason: str
     attempt: Attempt
 
@@ -235,19 +236,19 @@ class Gateway:
     async def open_stream(
         self,
         model: str,
-        start: Callable[[Backend], AsyncIterator[T]],
+        start: Callable[[Backend], FrameStream],
         operation: str = "chat",
         admit: Admit | None = None,
         request: RequestFacts | None = None,
-    ) -> OpenedStream[T]:
-        """Start a stream and wait for its first chunk, retrying and falling back until then."""
+    ) -> OpenedStream:
+        """Start a stream and wait for its first frame, retrying and falling back until then."""
 
-        async def first_chunk(candidate: Candidate) -> tuple[T, AsyncIterator[T]]:
+        async def first_chunk(candidate: Candidate) -> tuple[bytes, FrameStream]:
             backend, timeouts = candidate.backend, candidate.settings.timeouts
             first_token_s, total_s = timeouts.first_token_s, timeouts.total_s
             iterator = start(backend)
             if total_s is not None:
-                iterator = _with_deadline(iterator, total_s, backend)
+                iterator = Deadline(iterator, total_s, backend.name)
             try:
                 return await _within(first_token_s, anext(iterator), backend), iterator
             except BaseException:
@@ -432,25 +433,6 @@ async def _within(limit_s: float | None, awaitable: Awaitable[T], backend: Backe
         raise UpstreamTimeoutError(
             f"deployment {backend.name!r} did not answer within {limit_s:g}s"
         ) from exc
-
-
-async def _with_deadline(
-    chunks: AsyncIterator[T], total_s: float | None, backend: Backend
-) -> AsyncIterator[T]:
-    """Pass chunks through; past ``total_s`` end with a timeout error (in-band for clients)."""
-    deadline = None if total_s is None else time.monotonic() + total_s
-    try:
-        while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise UpstreamTimeoutError(f"deployment {backend.name!r} exceeded {total_s:g}s")
-            try:
-                chunk = await _within(remaining, anext(chunks), backend)
-            except StopAsyncIteration:
-                return
-            yield chunk
-    finally:
-        await _aclose(chunks)
 
 
 async def _aclose(iterator: AsyncIterator[object]) -> None:

@@ -23,6 +23,7 @@ from gateway.admission import Admission, AdmissionTicket, RequestFacts
 from gateway.cache import ResponseCache, chat_chunks, completion_chunks
 from gateway.dispatch import Candidate, Gateway, OpenedStream, cost_usd
 from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
+from gateway.frames import Framed, FrameStream, RawChatBackend
 from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -51,7 +52,7 @@ class Endpoint(Generic[Req, Whole, Chunk]):
     response_type: type[Whole]
     facts: Callable[[Req, str | None], RequestFacts]
     whole: Callable[[Backend, Req], Awaitable[Whole]]
-    stream: Callable[[Backend, Req], AsyncIterator[Chunk]]
+    stream: Callable[[Backend, Req], FrameStream]
     replay: Callable[[Whole], list[Chunk]]
 
 
@@ -61,7 +62,11 @@ CHAT: Endpoint[ChatCompletionRequest, ChatCompletion, ChatCompletionChunk] = End
     ChatCompletion,
     RequestFacts.of_chat,
     lambda backend, body: backend.chat(body),
-    lambda backend, body: backend.chat_stream(body),
+    lambda backend, body: (
+        backend.chat_stream_raw(body)
+        if isinstance(backend, RawChatBackend)
+        else Framed(backend.chat_stream(body))
+    ),
     chat_chunks,
 )
 COMPLETION: Endpoint[CompletionRequest, Completion, Completion] = Endpoint(
@@ -70,7 +75,7 @@ COMPLETION: Endpoint[CompletionRequest, Completion, Completion] = Endpoint(
     Completion,
     RequestFacts.of_completion,
     lambda backend, body: backend.completion(body),
-    lambda backend, body: backend.completion_stream(body),
+    lambda backend, body: Framed(backend.completion_stream(body)),
     completion_chunks,
 )
 
@@ -221,38 +226,33 @@ async def _settled(
 
 
 async def _sse(
-    opened: OpenedStream[Any],
+    opened: OpenedStream,
     include_usage: bool,
     facts: dict[str, Any],
     on_end: Callable[[Usage | None], Awaitable[None]],
 ) -> AsyncIterator[bytes]:
-    """Frame chunks as SSE. The backend's closing usage chunk is sent only when asked for;
+    """Write frames as they come. The usage frame goes only to clients that asked for it;
     a failure after the first byte becomes an in-band error frame, then ``[DONE]``."""
-    chunk = opened.first
-    usage: Usage | None = None
+    stream, failure = opened.rest, None
     try:
-        while True:
-            if chunk.usage is not None and not chunk.choices:
-                usage = chunk.usage
-                if include_usage:
-                    yield frame(chunk)
-            else:
-                yield frame(chunk)
-            chunk = await anext(opened.rest)
-    except StopAsyncIteration:
-        pass
+        yield opened.first
+        async for data in stream:
+            yield data
     except GatewayError as exc:
-        facts.update(stream_error=exc.message)
-        yield error_frame(exc)
-    except Exception as exc:
+        failure = exc
+    except Exception:
         log.exception("stream_failed", deployment=opened.candidate.settings.name)
-        facts.update(stream_error=type(exc).__name__)
-        yield error_frame(GatewayError("The stream failed on the server; it is incomplete."))
+        failure = GatewayError("The stream failed on the server; it is incomplete.")
     finally:
         # a client disconnect cancels this generator; finishing the books must still run
         with anyio.CancelScope(shield=True):
-            await _aclose(opened.rest)
-            await on_end(usage)
+            await _aclose(stream)
+            await on_end(stream.usage)
+    if failure is not None:
+        facts.update(stream_error=failure.message)
+        yield error_frame(failure)
+    elif include_usage and stream.usage_frame is not None:
+        yield stream.usage_frame
     yield DONE
 
 

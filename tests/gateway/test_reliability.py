@@ -12,6 +12,7 @@ from gateway.errors import (
     ServiceUnavailableError,
     UpstreamError,
 )
+from gateway.frames import Framed
 from gateway.protocol import (
     ChatCompletionRequest,
 )
@@ -128,6 +129,6 @@ async def test_all_candidates_cooling_down_says_so() -> None:
 
 async def test_stream_falls_back_before_first_chunk() -> None:
     a, b = ScriptedBackend("a", [UpstreamError("x"), UpstreamError("y")]), ScriptedBackend("b")
-    opened = await gateway(a, b).open_stream("m", lambda x: x.chat_stream(REQUEST))
+    opened = await gateway(a, b).open_stream("m", lambda x: Framed(x.chat_stream(REQUEST)))
     assert opened.backend is b
-    assert opened.first.choices[0].delta.content == "ok"
+    assert opened.first.startswith(b"data: ") and b'"content":"ok"' in opened.first
