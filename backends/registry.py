@@ -16,13 +16,14 @@ from backends.anthropic import AnthropicSettings
 from backends.base import Backend
 from backends.llamacpp import LlamaCppSettings
 from backends.openai_compat import OpenAICompatSettings
+from backends.vllm_settings import VLLMSettings  # no vLLM import: that waits for start()
 
 DeploymentConfig = Annotated[
-    LlamaCppSettings | OpenAICompatSettings | AnthropicSettings,
+    LlamaCppSettings | OpenAICompatSettings | AnthropicSettings | VLLMSettings,
     Field(discriminator="backend"),
 ]
 
-BACKEND_KINDS: tuple[str, ...] = ("llamacpp", "openai", "anthropic")
+BACKEND_KINDS: tuple[str, ...] = ("llamacpp", "openai", "anthropic", "vllm")
 
 
 def _llamacpp(settings: Any) -> Backend:
@@ -43,8 +44,14 @@ def _anthropic(settings: Any) -> Backend:
     return AnthropicBackend(settings)
 
 
+def _vllm(settings: Any) -> Backend:
+    from backends.vllm import VLLMBackend
+
+    return VLLMBackend(settings)
+
+
 def _factories() -> dict[str, Callable[[Any], Backend]]:
-    return {"llamacpp": _llamacpp, "openai": _openai, "anthropic": _anthropic}
+    return {"llamacpp": _llamacpp, "openai": _openai, "anthropic": _anthropic, "vllm": _vllm}
 
 
 def create_backend(settings: DeploymentConfig) -> Backend:

@@ -114,6 +114,13 @@ def _check_config(args: argparse.Namespace) -> int:
     config = _load(args.path)
     if config is None:
         return 2
+    if any(d.backend == "vllm" for d in config.deployments):
+        from backends.vllm import check_available
+
+        problem = check_available()
+        if problem is not None:
+            print(f"{args.path}: {problem}", file=sys.stderr)
+            return 2
     print(
         f"{args.path}: ok ({len(config.deployments)} deployments, "
         f"{len(config.models)} models: {', '.join(config.models)})"
