@@ -66,6 +66,7 @@ class DeploymentSettings(BaseModel):
     price: Price | None = None
     timeouts: Timeouts = Timeouts()
     weight: float = Field(default=1.0, gt=0, description="share under the weighted policy")
+    device: str | None = Field(default=None, description="where it runs, for memory planning")
     rpm: int | None = Field(default=None, ge=1, description="requests per minute, all replicas")
     tpm: int | None = Field(default=None, ge=1, description="tokens per minute, all replicas")
 

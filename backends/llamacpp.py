@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from backends.base import Capabilities, DeploymentSettings, LiveStats
-from backends.llamacpp_engine import Finished, GenerationJob, LlamaEngine, Sampling
+from backends.llamacpp_batch import BatchSettings, Event, Finished, GenerationJob
+from backends.llamacpp_engine import LlamaEngine, LoadedModel
+from backends.llamacpp_sampling import Sampling
 from backends.llamacpp_text import CHATML_TEMPLATE, ChatTemplate
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.protocol import (
@@ -38,18 +42,42 @@ DEMO_PREFIX = "demo:"
 
 class LlamaCppSettings(DeploymentSettings):
     """A GGUF model served in this process. ``model`` is a path, or ``demo:tiny`` /
-    ``demo:bench`` for a generated random-weight model kept in the model cache."""
+    ``demo:bench`` for a generated random-weight model kept in the model cache.
+
+    All ``parallel`` sequences decode together in one llama.cpp context of
+    ``parallel * n_ctx`` tokens (continuous batching, see ``backends/llamacpp_batch.py``).
+    """
 
     backend: Literal["llamacpp"]
     n_ctx: int = Field(default=4096, ge=64, description="context length per slot")
     parallel: int = Field(default=1, ge=1, le=64, description="concurrent sequences")
-    threads: int | None = Field(default=None, ge=1)
+    threads: int | None = Field(default=None, ge=1, description="default: every CPU core")
+    # TODO(planner): gpu_layers "auto" from the GGUF memory estimate
     gpu_layers: int = Field(default=0, ge=-1, description="-1 offloads every layer")
     kv_cache_type: Literal["f16", "q8_0"] = "f16"
     flash_attn: bool = False
+    n_batch: int = Field(default=512, ge=8, description="tokens per decode step (prefill chunk)")
+    prefix_cache: bool = Field(default=True, description="reuse KV of shared prompt prefixes")
     max_queue: int = Field(default=64, ge=0, description="requests waiting for a slot")
     default_max_tokens: int = Field(default=512, ge=1)
     chat_template: str | None = None
+
+    @model_validator(mode="after")
+    def _quantized_kv_needs_flash_attn(self) -> LlamaCppSettings:
+        if self.kv_cache_type != "f16" and not self.flash_attn:
+            raise ValueError("kv_cache_type q8_0 needs flash_attn: true (llama.cpp's V cache)")
+        return self
+
+    def batch_settings(self) -> BatchSettings:
+        return BatchSettings(
+            parallel=self.parallel,
+            n_ctx_per_slot=self.n_ctx,
+            n_batch=self.n_batch,
+            threads=self.threads or os.cpu_count() or 1,
+            kv_cache_type=self.kv_cache_type,
+            flash_attn=self.flash_attn,
+            prefix_cache=self.prefix_cache,
+        )
 
 
 def resolve_model_path(model: str) -> Path:
@@ -77,7 +105,7 @@ class LlamaCppBackend:
 
     def __init__(self, settings: LlamaCppSettings) -> None:
         self._settings = settings
-        self._engine = LlamaEngine(self._load, settings.parallel, settings.max_queue)
+        self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
         self._n_ctx = settings.n_ctx
 
@@ -89,61 +117,47 @@ class LlamaCppBackend:
     def capabilities(self) -> Capabilities:
         return Capabilities(tools=True, json_schema=True, context_length=self._n_ctx)
 
+    @property
+    def engine(self) -> LlamaEngine:
+        assert self._engine is not None, "backend used before start()"
+        return self._engine
+
     async def start(self) -> None:
-        await self._engine.start()
-        llama = self._engine.first
-        self._n_ctx = llama.n_ctx()
-        meta: dict[str, str] = llama.metadata
-        source = self._settings.chat_template or meta.get("tokenizer.chat_template")
-        vocab = llama._model
-        self._template = ChatTemplate(
-            source or CHATML_TEMPLATE,
-            bos_token=_token_text(llama, vocab.token_bos()),
-            eos_token=_token_text(llama, vocab.token_eos()),
-        )
-
-    def _load(self, index: int) -> Any:
-        import llama_cpp
-
         settings = self._settings
-        path = resolve_model_path(settings.model)
+        path = await asyncio.to_thread(resolve_model_path, settings.model)
         if not path.is_file():
             raise FileNotFoundError(f"deployment {settings.name!r}: no GGUF file at {path}")
-        threads = settings.threads or max(1, (os.cpu_count() or 1) // settings.parallel)
-        kv_type = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
-        return llama_cpp.Llama(
-            model_path=str(path),
-            n_ctx=settings.n_ctx,
-            n_threads=threads,
-            n_threads_batch=threads,
-            n_gpu_layers=settings.gpu_layers,
-            flash_attn=settings.flash_attn,
-            type_k=kv_type[settings.kv_cache_type],
-            type_v=kv_type[settings.kv_cache_type],
-            seed=index,
-            verbose=False,
+        engine = LlamaEngine(
+            path,
+            settings.batch_settings(),
+            gpu_layers=settings.gpu_layers,
+            max_queue=settings.max_queue,
+        )
+        await engine.start()
+        self._engine = engine
+        self._n_ctx = engine.n_ctx_per_slot
+        model = engine.model
+        source = settings.chat_template or model.metadata.get("tokenizer.chat_template")
+        self._template = ChatTemplate(
+            source or CHATML_TEMPLATE,
+            bos_token=_token_text(model, model.bos),
+            eos_token=_token_text(model, model.eos),
         )
 
     def stats(self) -> LiveStats:
+        if self._engine is None:
+            return LiveStats(slots_busy=0, slots_total=self._settings.parallel)
         return self._engine.stats()
 
     async def aclose(self) -> None:
-        await self._engine.aclose()
+        if self._engine is not None:
+            await self._engine.aclose()
 
     # chat -----------------------------------------------------------------------------
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         tool = _forced_tool(request)
-        job = self._chat_job(request, tool)
-        text: list[str] = []
-        finished: Finished | None = None
-        async for event in self._engine.run(job):
-            if isinstance(event, Finished):
-                finished = event
-            else:
-                text.append(event)
-        assert finished is not None
-        content = "".join(text)
+        content, finished = await self._collect(self._chat_job(request, tool))
         if tool is not None:
             call = ToolCall(id=new_id("call"), function=FunctionCall(name=tool, arguments=content))
             message = AssistantMessage(content=None, tool_calls=[call])
@@ -152,7 +166,7 @@ class LlamaCppBackend:
         return ChatCompletion(
             model=request.model,
             choices=[Choice(message=message, finish_reason=_finish(finished, tool))],
-            usage=Usage.of(finished.prompt_tokens, finished.completion_tokens),
+            usage=_usage(finished),
         )
 
     async def chat_stream(
@@ -168,9 +182,9 @@ class LlamaCppBackend:
                 id=chunk_id, created=created, model=request.model, choices=[choice]
             )
 
-        first = ChoiceDelta(role="assistant", content=None if tool else "")
+        role = ChoiceDelta(role="assistant", content=None if tool else "")
         if tool is not None:
-            first.tool_calls = [
+            role.tool_calls = [
                 ToolCallDelta(
                     index=0,
                     id=new_id("call"),
@@ -178,19 +192,26 @@ class LlamaCppBackend:
                     function={"name": tool, "arguments": ""},
                 )
             ]
-        yield chunk(first)
-        async for event in self._engine.run(job):
-            if isinstance(event, Finished):
-                yield chunk(ChoiceDelta(), _finish(event, tool))
-                usage = Usage.of(event.prompt_tokens, event.completion_tokens)
-                yield ChatCompletionChunk(
-                    id=chunk_id, created=created, model=request.model, choices=[], usage=usage
-                )
-            elif tool is not None:
-                args = ToolCallDelta(index=0, function={"arguments": event})
-                yield chunk(ChoiceDelta(tool_calls=[args]))
-            else:
-                yield chunk(ChoiceDelta(content=event))
+        first: ChoiceDelta | None = role
+        async with aclosing(self._events(job)) as events:
+            async for event in events:
+                if first is not None:  # sent once the job runs: queue-full is an HTTP 503
+                    yield chunk(first)
+                    first = None
+                if isinstance(event, Finished):
+                    yield chunk(ChoiceDelta(), _finish(event, tool))
+                    yield ChatCompletionChunk(
+                        id=chunk_id,
+                        created=created,
+                        model=request.model,
+                        choices=[],
+                        usage=_usage(event),
+                    )
+                elif tool is not None:
+                    args = ToolCallDelta(index=0, function={"arguments": event})
+                    yield chunk(ChoiceDelta(tool_calls=[args]))
+                else:
+                    yield chunk(ChoiceDelta(content=event))
 
     def _chat_job(self, request: ChatCompletionRequest, tool: str | None) -> GenerationJob:
         _reject_unsupported(n=request.n, logprobs=bool(request.logprobs))
@@ -203,24 +224,21 @@ class LlamaCppBackend:
         prompt = self._template.render(request.messages, tools)
         tokens = self._tokenize(prompt, special=True, param="messages")
         grammar = _chat_grammar(request, tool)
-        return self._job(tokens, request.output_limit(), request, request.stop_list(), grammar)
+        param = "tools" if tool is not None else "response_format"
+        return self._job(
+            tokens, request.output_limit(), request, request.stop_list(), grammar, param
+        )
 
     # completions ----------------------------------------------------------------------
 
     async def completion(self, request: CompletionRequest) -> Completion:
-        job = self._completion_job(request)
-        text: list[str] = [_prompt_text(request)] if request.echo else []
-        finished: Finished | None = None
-        async for event in self._engine.run(job):
-            if isinstance(event, Finished):
-                finished = event
-            else:
-                text.append(event)
-        assert finished is not None
+        text, finished = await self._collect(self._completion_job(request))
+        if request.echo:
+            text = _prompt_text(request) + text
         return Completion(
             model=request.model,
-            choices=[CompletionChoice(text="".join(text), finish_reason=_finish(finished, None))],
-            usage=Usage.of(finished.prompt_tokens, finished.completion_tokens),
+            choices=[CompletionChoice(text=text, finish_reason=_finish(finished, None))],
+            usage=_usage(finished),
         )
 
     async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
@@ -231,17 +249,23 @@ class LlamaCppBackend:
             choice = CompletionChoice(text=text, finish_reason=finish)
             return Completion(id=chunk_id, created=created, model=request.model, choices=[choice])
 
-        if request.echo:
-            yield chunk(_prompt_text(request))
-        async for event in self._engine.run(job):
-            if isinstance(event, Finished):
-                yield chunk("", _finish(event, None))
-                usage = Usage.of(event.prompt_tokens, event.completion_tokens)
-                yield Completion(
-                    id=chunk_id, created=created, model=request.model, choices=[], usage=usage
-                )
-            else:
-                yield chunk(event)
+        echo = _prompt_text(request) if request.echo else None
+        async with aclosing(self._events(job)) as events:
+            async for event in events:
+                if echo is not None:
+                    yield chunk(echo)
+                    echo = None
+                if isinstance(event, Finished):
+                    yield chunk("", _finish(event, None))
+                    yield Completion(
+                        id=chunk_id,
+                        created=created,
+                        model=request.model,
+                        choices=[],
+                        usage=_usage(event),
+                    )
+                else:
+                    yield chunk(event)
 
     def _completion_job(self, request: CompletionRequest) -> GenerationJob:
         _reject_unsupported(n=request.n, logprobs=request.logprobs is not None)
@@ -254,10 +278,21 @@ class LlamaCppBackend:
 
     # shared ---------------------------------------------------------------------------
 
+    def _events(self, job: GenerationJob) -> AsyncGenerator[Event, None]:
+        return self.engine.run(job)
+
+    async def _collect(self, job: GenerationJob) -> tuple[str, Finished]:
+        job.stream = False
+        text: list[str] = []
+        async with aclosing(self._events(job)) as events:
+            async for event in events:
+                if isinstance(event, Finished):
+                    return "".join(text), event
+                text.append(event)
+        raise AssertionError("the engine ended a job without Finished")
+
     def _tokenize(self, text: str, *, special: bool, param: str) -> list[int]:
-        tokens: list[int] = self._engine.first.tokenize(
-            text.encode("utf-8"), add_bos=True, special=special
-        )
+        tokens = self.engine.model.tokenize(text.encode("utf-8"), add_bos=True, special=special)
         if len(tokens) >= self._n_ctx:
             raise ContextLengthExceededError(
                 f"This model's maximum context length is {self._n_ctx} tokens. "
@@ -273,6 +308,7 @@ class LlamaCppBackend:
         request: ChatCompletionRequest | CompletionRequest,
         stops: list[str],
         grammar: Any,
+        grammar_param: str = "response_format",
     ) -> GenerationJob:
         room = self._n_ctx - len(tokens)
         limit = min(max_tokens or self._settings.default_max_tokens, room)
@@ -283,8 +319,39 @@ class LlamaCppBackend:
             frequency_penalty=request.frequency_penalty or 0.0,
             presence_penalty=request.presence_penalty or 0.0,
             seed=request.seed,
+            **_extra_sampling(request.model_extra or {}),
         )
-        return GenerationJob(tokens, limit, sampling, stops, grammar)
+        return GenerationJob(tokens, limit, sampling, stops, grammar, grammar_param)
+
+
+def _extra_sampling(extra: dict[str, Any]) -> dict[str, Any]:
+    """vLLM-style extra body fields: ``top_k`` (-1 or 0: off), ``min_p``, ``repetition_penalty``
+    (alias ``repeat_penalty``)."""
+    out: dict[str, Any] = {}
+    top_k = extra.get("top_k")
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1:
+            raise InvalidRequestError("top_k must be an integer >= -1", param="top_k")
+        out["top_k"] = max(0, top_k)
+    min_p = extra.get("min_p")
+    if min_p is not None:
+        if isinstance(min_p, bool) or not isinstance(min_p, int | float) or not 0 <= min_p <= 1:
+            raise InvalidRequestError("min_p must be a number in [0, 1]", param="min_p")
+        out["min_p"] = float(min_p)
+    for name in ("repetition_penalty", "repeat_penalty"):
+        value = extra.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 10:
+            raise InvalidRequestError(f"{name} must be a number in (0, 10]", param=name)
+        out["repeat_penalty"] = float(value)
+    return out
+
+
+def _usage(finished: Finished) -> Usage:
+    return Usage.of(
+        finished.prompt_tokens, finished.completion_tokens, cached_tokens=finished.cached_tokens
+    )
 
 
 def _reject_unsupported(*, n: int | None, logprobs: bool) -> None:
@@ -353,8 +420,7 @@ def _prompt_text(request: CompletionRequest) -> str:
     return request.prompt[0]
 
 
-def _token_text(llama: Any, token: int) -> str:
+def _token_text(model: LoadedModel, token: int) -> str:
     if token < 0:
         return ""
-    piece: bytes = llama.detokenize([token], special=True)
-    return piece.decode("utf-8", errors="replace")
+    return model.detokenize([token], special=True).decode("utf-8", errors="replace")

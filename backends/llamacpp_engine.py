@@ -1,235 +1,266 @@
-"""Runs llama.cpp generation off the event loop, one ``Llama`` object per thread.
+"""The event-loop face of the batched llama.cpp engine.
 
-Each slot owns one ``llama_cpp.Llama`` (the weights are memory-mapped, so slots share them)
-and one worker thread; a ``Llama`` is never touched by two threads. A request waits for a
-free slot in a bounded queue, streams token text back to the event loop, and is stopped at
-the next token once its consumer goes away.
+:class:`LlamaEngine` loads a GGUF once (:class:`LoadedModel`: weights, vocabulary, metadata)
+and hands jobs to the :class:`~backends.llamacpp_batch.Scheduler` thread, which runs them
+all in one context. Here live the parts that belong to the event loop: the bounded wait
+queue (back-pressure), per-request event queues, sampler-chain compilation (so a bad
+grammar is a 400 before anything streams), tokenizing, and the live figures.
+
+Closing the iterator returned by :meth:`LlamaEngine.run` cancels the job: a waiting job is
+withdrawn at once, a running one leaves its sequence at the scheduler's next step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
-import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+import ctypes
+from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 from backends.base import LiveStats
-from backends.llamacpp_text import TextAssembler
-from gateway.errors import GatewayError, ServiceUnavailableError
+from backends.llamacpp_batch import (
+    BatchSettings,
+    Deliver,
+    Event,
+    Finished,
+    GenerationJob,
+    Scheduler,
+    Ticket,
+)
+from backends.llamacpp_sampling import Sampling, build_chain
+from gateway.errors import ServiceUnavailableError
+
+__all__ = ["Finished", "GenerationJob", "LlamaEngine", "LoadedModel", "Sampling"]
+
+_QUIET: list[Any] = []  # keeps the no-op log callback alive while llama.cpp holds it
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """Per-request sampling settings, in llama.cpp's terms."""
+def quiet_llama_logs() -> None:
+    """Send llama.cpp's and ggml's log lines nowhere (they go to stderr by default)."""
+    import llama_cpp
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repeat_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    seed: int | None = None
+    if not _QUIET:
+        _QUIET.append(llama_cpp.llama_log_callback(lambda level, text, data: None))
+    llama_cpp.llama_log_set(_QUIET[0], ctypes.c_void_p(0))
 
 
-@dataclass
-class GenerationJob:
-    """One request's work: prompt tokens in, text pieces and a :class:`Finished` out."""
+class LoadedModel:
+    """A GGUF's weights and vocabulary, loaded through llama.cpp's C API.
 
-    prompt_tokens: list[int]
-    max_tokens: int
-    sampling: Sampling
-    stops: list[str] = field(default_factory=list)
-    grammar: Any = None  # a llama_cpp.LlamaGrammar, built on the event loop so errors are 400s
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    ``tokenize`` / ``detokenize`` may run on any thread (they read the vocabulary only);
+    ``token_to_piece`` is the scheduler thread's, with a per-token cache.
+    """
 
+    def __init__(self, path: Path, gpu_layers: int = 0) -> None:
+        import llama_cpp
 
-@dataclass(frozen=True)
-class Finished:
-    reason: str  # "stop", "length" or "cancelled"
-    prompt_tokens: int
-    completion_tokens: int
-    first_token_s: float | None
+        quiet_llama_logs()
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        pointer = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not pointer:
+            raise RuntimeError(f"llama.cpp could not load {path}")
+        self.pointer = pointer
+        self.vocab = llama_cpp.llama_model_get_vocab(pointer)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(pointer))
+        self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
+        self.metadata = _metadata(pointer)
+        self._pieces: dict[int, bytes] = {}
 
+    def tokenize(self, text: bytes, *, add_bos: bool, special: bool) -> list[int]:
+        import llama_cpp
 
-Event = str | Finished
+        size = len(text) + 8
+        while True:
+            out = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(self.vocab, text, len(text), out, size, add_bos, special)
+            if n >= 0:
+                return list(out[:n])
+            size = -n
 
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        key = token if not special else -token - 1
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._pieces[key] = _piece(self.vocab, token, special)
+        return piece
 
-class _Slot:
-    def __init__(self, index: int, llama: Any) -> None:
-        self.index = index
-        self.llama = llama
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llamacpp-{index}")
+    def detokenize(self, tokens: list[int], special: bool = False) -> bytes:
+        return b"".join(_piece(self.vocab, t, special) for t in tokens)
+
+    def is_eog(self, token: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def close(self) -> None:
+        import llama_cpp
+
+        if self.pointer is not None:
+            llama_cpp.llama_model_free(self.pointer)
+            self.pointer = None
 
 
 class LlamaEngine:
-    """A pool of slots with a bounded wait queue; see the module docstring."""
+    """One model, one batched context, a bounded wait queue; see the module docstring."""
 
-    def __init__(self, loader: Callable[[int], Any], parallel: int, max_queue: int) -> None:
-        self._loader = loader
-        self._parallel = parallel
+    def __init__(
+        self, model_path: Path, settings: BatchSettings, *, gpu_layers: int = 0, max_queue: int
+    ) -> None:
+        self._path = model_path
+        self._settings = settings
+        self._gpu_layers = gpu_layers
         self._max_queue = max_queue
-        self._slots: list[_Slot] = []
-        self._free: asyncio.Queue[_Slot] = asyncio.Queue()
-        self._waiting = 0
-        self._running = 0
-        self._decode_rate = _Rate()
+        self._model: LoadedModel | None = None
+        self._scheduler: Scheduler | None = None
+        self._in_flight = 0
+        self._job_s = 1.0  # moving average of a job's time in the engine, for retry-after
 
     async def start(self) -> None:
-        for index in range(self._parallel):
-            llama = await asyncio.to_thread(self._loader, index)
-            slot = _Slot(index, llama)
-            self._slots.append(slot)
-            self._free.put_nowait(slot)
+        loop = asyncio.get_running_loop()
+
+        def post(items: list[tuple[Deliver, Event | BaseException]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+                loop.call_soon_threadsafe(_deliver_all, items)
+
+        def load() -> tuple[LoadedModel, Scheduler]:
+            model = LoadedModel(self._path, self._gpu_layers)
+            try:
+                return model, Scheduler(model, self._settings, post)
+            except BaseException:
+                model.close()
+                raise
+
+        self._model, self._scheduler = await asyncio.to_thread(load)
 
     @property
-    def first(self) -> Any:
-        """A loaded ``Llama``, for read-only facts (metadata, tokenizer) on the event loop."""
-        return self._slots[0].llama
+    def model(self) -> LoadedModel:
+        assert self._model is not None, "engine used before start()"
+        return self._model
+
+    @property
+    def scheduler(self) -> Scheduler:
+        assert self._scheduler is not None, "engine used before start()"
+        return self._scheduler
+
+    @property
+    def n_ctx_per_slot(self) -> int:
+        return self.scheduler.n_ctx_seq
 
     def stats(self) -> LiveStats:
+        scheduler = self._scheduler
+        if scheduler is None:
+            return LiveStats(slots_busy=0, slots_total=self._settings.parallel)
+        prefill, decode = scheduler.rates.per_second()
+        total = scheduler.prompt_tokens_total
         return LiveStats(
-            in_flight=self._running + self._waiting,
-            queue_depth=self._waiting,
-            slots_busy=self._running,
-            slots_total=len(self._slots),
-            decode_tokens_per_s=self._decode_rate.per_second(),
+            in_flight=self._in_flight,
+            queue_depth=scheduler.waiting,
+            slots_busy=scheduler.busy,
+            slots_total=scheduler.parallel,
+            kv_used=scheduler.kv_used,
+            kv_total=scheduler.n_ctx,
+            prefill_tokens_per_s=prefill,
+            decode_tokens_per_s=decode,
+            prefix_hit_rate=scheduler.prefix_hit_tokens / total if total else None,
+            prefix_hit_tokens=scheduler.prefix_hit_tokens,
         )
 
-    async def run(self, job: GenerationJob) -> AsyncIterator[Event]:
-        """Yield text pieces, then one :class:`Finished`. Closing the iterator cancels."""
-        slot = await self._acquire()
-        loop = asyncio.get_running_loop()
+    async def run(self, job: GenerationJob) -> AsyncGenerator[Event, None]:
+        """Yield text pieces, then one :class:`Finished`. Closing the iterator cancels.
+
+        The job is queued on the first ``anext``; a full queue raises
+        :class:`ServiceUnavailableError` (503 with ``retry-after``) right there.
+        """
+        scheduler = self.scheduler
+        self._check_capacity(scheduler)
+        model = self.model
+        chain = build_chain(
+            model.vocab, model.n_vocab, job.sampling, job.grammar, param=job.grammar_param
+        )
         events: asyncio.Queue[Event | BaseException] = asyncio.Queue()
-
-        def emit(item: Event | BaseException) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, item)
-
-        self._running += 1
-        future = loop.run_in_executor(slot.executor, _generate, slot.llama, job, emit)
-        # the slot goes back only when its thread is done with the Llama object
-        future.add_done_callback(lambda _: self._release(slot))
+        ticket = Ticket(job, chain, events.put_nowait)
+        try:
+            scheduler.submit(ticket)
+        except BaseException:
+            chain.free()
+            raise
+        self._in_flight += 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             while True:
                 item = await events.get()
                 if isinstance(item, BaseException):
-                    raise _map_errors(item)
+                    raise item
                 yield item
                 if isinstance(item, Finished):
-                    self._decode_rate.add(item.completion_tokens)
+                    self._job_s = 0.8 * self._job_s + 0.2 * (loop.time() - started)
                     return
         finally:
+            self._in_flight -= 1
             job.cancelled.set()
+            if scheduler.withdraw(ticket):
+                chain.free()
 
-    async def _acquire(self) -> _Slot:
-        if self._free.empty() and self._waiting >= self._max_queue:
-            raise ServiceUnavailableError(
-                f"all {len(self._slots)} slots are busy and {self._waiting} requests are queued",
-                retry_after=1.0,
-            )
-        self._waiting += 1
-        try:
-            return await self._free.get()
-        finally:
-            self._waiting -= 1
-
-    def _release(self, slot: _Slot) -> None:
-        self._running -= 1
-        self._free.put_nowait(slot)
+    def _check_capacity(self, scheduler: Scheduler) -> None:
+        if self._in_flight < scheduler.parallel + self._max_queue:
+            return
+        waiting = scheduler.waiting
+        retry_after = min(30.0, max(1.0, self._job_s * (waiting + 1) / scheduler.parallel))
+        raise ServiceUnavailableError(
+            f"all {scheduler.parallel} sequences are busy and {waiting} requests are queued "
+            f"(max_queue {self._max_queue}); retry later",
+            retry_after=retry_after,
+        )
 
     async def aclose(self) -> None:
-        for slot in self._slots:
-            slot.executor.shutdown(wait=True, cancel_futures=True)
-            with contextlib.suppress(Exception):
-                slot.llama.close()
-        self._slots.clear()
+        scheduler, model = self._scheduler, self._model
+        self._scheduler = self._model = None
+        if scheduler is not None:
+            await asyncio.to_thread(scheduler.close)
+        if model is not None:
+            model.close()
 
 
-def _map_errors(exc: BaseException) -> GatewayError:
-    if isinstance(exc, GatewayError):
-        return exc
-    return GatewayError(f"llama.cpp failed: {type(exc).__name__}: {exc}")
+def _deliver_all(items: list[tuple[Deliver, Event | BaseException]]) -> None:
+    for deliver, event in items:
+        deliver(event)
 
 
-def _generate(
-    llama: Any, job: GenerationJob, emit: Callable[[Event | BaseException], None]
-) -> None:
-    """Worker-thread body: generate until EOS, a stop string, max_tokens or cancellation."""
-    try:
-        emit(_generate_tokens(llama, job, emit))
-    except Exception as exc:
-        emit(exc)
-
-
-def _generate_tokens(
-    llama: Any, job: GenerationJob, emit: Callable[[Event | BaseException], None]
-) -> Finished:
+def _piece(vocab: Any, token: int, special: bool) -> bytes:
     import llama_cpp
 
-    vocab = llama._model.vocab
-    started = time.perf_counter()
-    first_token_s: float | None = None
-    if job.sampling.seed is not None:
-        llama.set_seed(job.sampling.seed)
-    text = TextAssembler(job.stops)
-    count, reason = 0, "length"
-    tokens = llama.generate(
-        job.prompt_tokens,
-        temp=job.sampling.temperature,
-        top_p=job.sampling.top_p,
-        top_k=job.sampling.top_k,
-        min_p=job.sampling.min_p,
-        repeat_penalty=job.sampling.repeat_penalty,
-        frequency_penalty=job.sampling.frequency_penalty,
-        presence_penalty=job.sampling.presence_penalty,
-        grammar=job.grammar,
-    )
-    try:
-        for token in tokens:
-            if job.cancelled.is_set():
-                reason = "cancelled"
-                break
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
-                reason = "stop"
-                break
-            count += 1
-            if first_token_s is None:
-                first_token_s = time.perf_counter() - started
-            piece = text.feed(llama.detokenize([token]))
-            if piece:
-                emit(piece)
-            if text.stopped:
-                reason = "stop"
-                break
-            if count >= job.max_tokens:
-                break
-    finally:
-        tokens.close()
-    tail = text.finish()
-    if tail and reason != "cancelled":
-        emit(tail)
-    return Finished(reason, len(job.prompt_tokens), count, first_token_s)
+    size = 64
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_token_to_piece(vocab, token, buffer, size, 0, special)
+        if n >= 0:
+            return buffer.raw[:n]
+        size = -n
 
 
-class _Rate:
-    """Tokens per second over a sliding 30 s window."""
+def _metadata(model: Any) -> dict[str, str]:
+    import llama_cpp
 
-    def __init__(self, window_s: float = 30.0) -> None:
-        self._window_s = window_s
-        self._samples: list[tuple[float, int]] = []
+    count = llama_cpp.llama_model_meta_count(model)
+    keys = [_meta_string(llama_cpp.llama_model_meta_key_by_index, model, i) for i in range(count)]
+    values = [
+        _meta_string(llama_cpp.llama_model_meta_val_str_by_index, model, i) for i in range(count)
+    ]
+    return dict(zip(keys, values, strict=True))
 
-    def add(self, tokens: int) -> None:
-        now = time.monotonic()
-        self._samples.append((now, tokens))
-        self._samples = [(t, n) for t, n in self._samples if now - t <= self._window_s]
 
-    def per_second(self) -> float | None:
-        if not self._samples:
-            return None
-        now = time.monotonic()
-        total = sum(n for t, n in self._samples if now - t <= self._window_s)
-        return total / self._window_s
+def _meta_string(read: Any, model: Any, index: int) -> str:
+    size = 256
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        n = int(read(model, index, buffer, size))
+        if n < size:
+            return buffer.value.decode("utf-8", errors="replace")
+        size = n + 1
