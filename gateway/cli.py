@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.config import ConfigError, GatewayConfig, default_config, load_config
+from gateway.config import load_or_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,15 +60,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(path: Path | None) -> GatewayConfig | None:
-    try:
-        return load_config(path) if path is not None else default_config()
-    except ConfigError as exc:
-        for issue in exc.issues:
-            print(f"error: {issue}", file=sys.stderr)
-        return None
-
-
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import AppSettings, create_app
     from gateway.dispatch import Gateway
@@ -77,7 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.server import serve
     from gateway.state import StateSettings
 
-    config = _load(args.config)
+    config = load_or_report(args.config)
     if config is None:
         return 2
     state = StateSettings.from_env(redis_url=args.redis_url)
@@ -111,7 +102,7 @@ def _demo_model(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    config = _load(args.path)
+    config = load_or_report(args.path)
     if config is None:
         return 2
     if any(d.backend == "vllm" for d in config.deployments):

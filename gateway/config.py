@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -84,6 +85,16 @@ def load_config(path: Path) -> GatewayConfig:
     except OSError as exc:
         raise ConfigError([ConfigIssue(str(path), None, "-", f"cannot read file: {exc}")]) from exc
     return parse_config(text, str(path))
+
+
+def load_or_report(path: Path | None) -> GatewayConfig | None:
+    """``path`` (or the embedded default) validated; problems are printed to stderr."""
+    try:
+        return load_config(path) if path is not None else default_config()
+    except ConfigError as exc:
+        for issue in exc.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        return None
 
 
 def parse_config(text: str, filename: str) -> GatewayConfig:

@@ -7,8 +7,6 @@ logged with file, line and field, and the running config keeps serving.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import structlog
 
 from gateway.config import ConfigError, parse_config
 from gateway.dispatch import Gateway
+from gateway.periodic import Periodic
 
 log = structlog.get_logger("switchyard.reload")
 
@@ -24,23 +23,14 @@ class ConfigWatcher:
     def __init__(self, path: Path, gateway: Gateway, interval_s: float = 1.0) -> None:
         self.path = path
         self.gateway = gateway
-        self.interval_s = interval_s
         self._digest = _digest(path)
-        self._task: asyncio.Task[None] | None = None
+        self._ticker = Periodic(interval_s, self.check)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            await self.check()
+        await self._ticker.stop()
 
     async def check(self) -> bool:
         """Apply the file if it changed and is valid; True when a new config took effect."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+
+from gateway.config import load_or_report
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,24 +27,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     route.set_defaults(handler=_route)
 
 
-def _config(path: Path | None) -> Any:
-    from gateway.config import ConfigError, default_config, load_config
-
-    try:
-        return load_config(path) if path is not None else default_config()
-    except ConfigError as exc:
-        for issue in exc.issues:
-            print(f"error: {issue}", file=sys.stderr)
-        return None
-
-
 def _plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from gateway.placement import plan_deployments
     from gateway.planner import plan_table
 
-    config = _config(args.config)
+    config = load_or_report(args.config)
     if config is None:
         return 2
     placements = plan_deployments(config.deployments, config.devices)
@@ -66,7 +56,7 @@ def _route(args: argparse.Namespace) -> int:
     from gateway.placement import plan_deployments
     from policies import RequestFacts
 
-    config = _config(args.config)
+    config = load_or_report(args.config)
     if config is None:
         return 2
     # backends are built but not started: capabilities and prices need no engine

@@ -8,7 +8,6 @@ every second); peers' averages are blended into the figures the policies route o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import time
@@ -17,6 +16,7 @@ from collections.abc import Callable
 import structlog
 
 from gateway.dispatch import Gateway
+from gateway.periodic import Periodic
 from gateway.state.base import StateStore, StateUnavailable
 
 log = structlog.get_logger("switchyard.sharing")
@@ -37,25 +37,20 @@ class ReplicaSync:
         self.interval_s = interval_s
         self.wall = wall
         self.replica = -1
-        self._task: asyncio.Task[None] | None = None
+        self._ticker = Periodic(interval_s, self._tick)
 
     async def start(self) -> None:
         with contextlib.suppress(StateUnavailable):
             self.replica = await self.store.shared_incr("replicas", 1, 7 * 24 * 3600)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._ticker.stop()
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            # the store logs outages; local state keeps working meanwhile
-            with contextlib.suppress(StateUnavailable):
-                await self.sync()
+    async def _tick(self) -> None:
+        # the store logs outages; local state keeps working meanwhile
+        with contextlib.suppress(StateUnavailable):
+            await self.sync()
 
     async def sync(self) -> None:
         """Publish this replica's view, then take in the others'."""
