@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 import structlog
@@ -42,10 +42,11 @@ from gateway.protocol.common import Model
 from gateway.reliability import CircuitBreaker, backoff_delay
 from gateway.routing import describe_deployment
 from policies import Candidate as PolicyCandidate
-from policies import FitClass, RequestFacts
+from policies import FitClass, Hedge, RequestFacts
 
 T = TypeVar("T")
 Admit = Callable[["Candidate"], Awaitable[None]]
+Opened = tuple["Candidate", tuple[tuple[bytes, "FrameStream"], "Attempt"]]
 log = structlog.get_logger("switchyard.dispatch")
 
 
@@ -66,6 +67,7 @@ class Routing:
     candidates: list[Candidate]
     reason: str
     request: RequestFacts
+    hedge: Hedge | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,8 @@ class Gateway:
             )
             for name in decision.names
         ]
-        return Routing(ordered if route.fallback else ordered[:1], decision.reason(), facts)
+        candidates = ordered if route.fallback else ordered[:1]
+        return Routing(candidates, decision.reason(), facts, decision.hedge)
 
     def policy_candidates(self, model: str) -> list[PolicyCandidate]:
         """``model``'s deployments as routing sees them now: config, health, live figures."""
@@ -256,10 +259,53 @@ class Gateway:
                 raise
 
         routing = self.decide(model, request)
-        chosen, ((first, rest), tracked) = await self._first_success(
-            routing, first_chunk, operation, admit
-        )
+        if routing.hedge is not None and len(routing.candidates) > 1:
+            opened = await self._hedged(routing, routing.hedge, first_chunk, operation, admit)
+        else:
+            opened = await self._first_success(routing, first_chunk, operation, admit)
+        chosen, ((first, rest), tracked) = opened
         return OpenedStream(chosen, first, rest, routing.reason, tracked)
+
+    async def _hedged(
+        self,
+        routing: Routing,
+        hedge: Hedge,
+        first_chunk: Callable[[Candidate], Awaitable[tuple[bytes, FrameStream]]],
+        operation: str,
+        admit: Admit | None,
+    ) -> Opened:
+        """Start the best candidate; if its first frame is late, race the next one too.
+        The first stream to produce a frame wins; the other is cancelled and closed."""
+        first, second, *rest = routing.candidates
+        lanes = [replace(routing, candidates=[first, *rest]), replace(routing, candidates=[second])]
+
+        def run(lane: Routing) -> asyncio.Task[Opened]:
+            return asyncio.ensure_future(self._first_success(lane, first_chunk, operation, admit))
+
+        primary = run(lanes[0])
+        tasks, winner, failure = {primary}, None, None
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=hedge.after_ms / 1000)
+            if done and (_client_fault(primary) or primary.exception() is None):
+                winner = primary
+                return primary.result()
+            log.info("hedging", late=first.settings.name, backup=second.settings.name)
+            tasks.add(run(lanes[1]))
+            failure, pending = primary.exception() if done else None, tasks - done
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task.exception() is None or _client_fault(task):
+                        winner = task
+                        return task.result()
+                    failure = failure or task.exception()
+        finally:
+            losers = tasks - {winner}
+            for task in losers:
+                task.cancel()
+            await _discard(losers)
+        assert failure is not None
+        raise failure
 
     async def _first_success(
         self,
@@ -433,6 +479,21 @@ async def _within(limit_s: float | None, awaitable: Awaitable[T], backend: Backe
         raise UpstreamTimeoutError(
             f"deployment {backend.name!r} did not answer within {limit_s:g}s"
         ) from exc
+
+
+def _client_fault(task: asyncio.Task[Opened]) -> bool:
+    """Did the request itself fail (a 4xx): no other candidate would do better."""
+    exc = task.exception()
+    return isinstance(exc, GatewayError) and not exc.counts_as_failure
+
+
+async def _discard(tasks: set[asyncio.Task[Opened]]) -> None:
+    """Wait for cancelled racers; a loser that still won its own race gets closed."""
+    for task in tasks:
+        with contextlib.suppress(BaseException):
+            _, ((_, stream), tracked) = await task
+            tracked.finish(None)
+            await stream.aclose()
 
 
 async def _aclose(iterator: AsyncIterator[object]) -> None:

@@ -47,6 +47,7 @@ def gateway(
         "  m: {candidates: [a, b]}\n"
         "  only-a: {candidates: [a]}\n"
         "  slo: {candidates: [a, b], policy: [healthy, {slo: {ttft_ms: 250}}, cheapest]}\n"
+        "  hedged: {candidates: [a, b], policy: [first, {hedge: {after_ms: 150}}]}\n"
     )
     server = start_server(config, folder / "server.log")
     yield server
@@ -195,3 +196,25 @@ def test_slow_deployment_loses_traffic_to_the_slo_ranker(
     assert served[0] == "a"  # the cheapest while its measured TTFT meets the SLO
     assert served[-1] == "b"  # then a's measured TTFT misses it: the pricier, fast one
     assert "slo" in route
+
+
+def test_hedge_races_a_late_first_token_and_closes_the_loser(
+    client: OpenAI, upstreams: tuple[FaultUpstream, FaultUpstream]
+) -> None:
+    a, _ = upstreams
+    a.default_fault = "slow:2000"  # a's first chunk would take 2 s
+    raw = client.chat.completions.with_raw_response.create(
+        model="hedged", messages=HELLO, stream=True
+    )
+    assert raw.headers["x-switchyard-deployment"] == "b"
+    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    assert text
+    assert a.last().wait_closed(timeout=3.0)  # the late request was aborted upstream
+    assert a.last().chunks_sent == 0
+    a.default_fault = None
+    fast = client.chat.completions.with_raw_response.create(
+        model="hedged", messages=HELLO, stream=True
+    )
+    assert fast.headers["x-switchyard-deployment"] == "a"  # on time: no hedge
+    for _ in fast.parse():
+        pass
