@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from backends.base import Price
+from gateway.attempts import cost_usd
 from gateway.config import GatewayConfig
-from gateway.dispatch import cost_usd
 from gateway.keys import KeyInfo, KeyRing
 from gateway.limits import (
     Budgets,

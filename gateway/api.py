@@ -10,7 +10,8 @@ from litestar.params import FromPath
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from backends.base import Backend, EmbeddingsBackend
-from gateway.dispatch import Gateway, cost_usd
+from gateway.attempts import cost_usd
+from gateway.dispatch import Gateway
 from gateway.errors import (
     InvalidRequestError,
     NotFoundError,

@@ -14,24 +14,26 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 import structlog
 from opentelemetry import trace
 
-from backends.base import Backend, Price
+from backends.base import Backend
 from backends.registry import DeploymentConfig, create_backend
+from gateway.attempts import (
+    Candidate,
+    all_cooling_down,
+    attempt_once,
+    nothing_can_serve,
+    within,
+)
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.errors import (
-    ContextLengthExceededError,
     GatewayError,
-    InvalidRequestError,
     ModelNotFoundError,
-    ServiceUnavailableError,
-    UpstreamError,
-    UpstreamTimeoutError,
 )
 from gateway.frames import Deadline, FrameStream
 from gateway.limits import DeploymentLimitedError
@@ -48,16 +50,6 @@ T = TypeVar("T")
 Admit = Callable[["Candidate"], Awaitable[None]]
 Opened = tuple["Candidate", tuple[tuple[bytes, "FrameStream"], "Attempt"]]
 log = structlog.get_logger("switchyard.dispatch")
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A deployment as the config in force when routing began describes it."""
-
-    backend: Backend
-    settings: DeploymentConfig
-    breaker: CircuitBreaker
-    tracker: DeploymentTracker
 
 
 @dataclass(frozen=True)
@@ -191,7 +183,7 @@ class Gateway:
         pool = self.policy_candidates(model)
         decision = route.policy.route(facts, pool, now=time.monotonic())
         if decision.chosen is None:
-            raise _nothing_can_serve(model, facts, pool, decision.reason())
+            raise nothing_can_serve(model, facts, pool, decision.reason())
         ordered = [
             Candidate(
                 self.backends[name],
@@ -229,7 +221,7 @@ class Gateway:
 
         async def bounded(candidate: Candidate) -> T:
             limit = candidate.settings.timeouts.total_s
-            return await _within(limit, attempt(candidate.backend), candidate.backend)
+            return await within(limit, attempt(candidate.backend), candidate.backend)
 
         routing = self.decide(model, request)
         chosen, (result, tracked) = await self._first_success(routing, bounded, operation, admit)
@@ -253,7 +245,7 @@ class Gateway:
             if total_s is not None:
                 iterator = Deadline(iterator, total_s, backend.name)
             try:
-                return await _within(first_token_s, anext(iterator), backend), iterator
+                return await within(first_token_s, anext(iterator), backend), iterator
             except BaseException:
                 await _aclose(iterator)
                 raise
@@ -334,7 +326,7 @@ class Gateway:
                 tried = True
                 try:
                     with self._client_span(operation, candidate, retry):
-                        result = await _attempt_once(candidate, attempt, routing.request)
+                        result = await attempt_once(candidate, attempt, routing.request)
                 except GatewayError as exc:
                     if not exc.counts_as_failure:
                         raise
@@ -346,7 +338,7 @@ class Gateway:
                 else:
                     return candidate, result
         if not tried and last is None:
-            raise _all_cooling_down(candidates)
+            raise all_cooling_down(candidates)
         assert last is not None
         raise last
 
@@ -377,13 +369,6 @@ def _with_attributes(span_cm: Any, attributes: dict[str, Any]) -> Iterator[trace
             raise
 
 
-def cost_usd(price: Price | None, prompt_tokens: int, completion_tokens: int) -> float:
-    """What a request cost at a deployment's price (0 when it has none)."""
-    if price is None:
-        return 0.0
-    return (prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m) / 1e6
-
-
 async def _memory_fits(config: GatewayConfig) -> dict[str, FitClass]:
     """Each local deployment's memory fit, for the ``fits_memory`` filter."""
     placements = await asyncio.to_thread(plan_deployments, config.deployments, config.devices)
@@ -402,83 +387,6 @@ def config_version(config: GatewayConfig) -> str:
 
 def _same(config: GatewayConfig, deployment: DeploymentConfig) -> bool:
     return any(d == deployment for d in config.deployments)
-
-
-async def _attempt_once(
-    candidate: Candidate, attempt: Callable[[Candidate], Awaitable[T]], request: RequestFacts
-) -> tuple[T, Attempt]:
-    """One try; the outcome goes to the breaker and the live figures. Request errors
-    (4xx) propagate at once and say nothing about the deployment."""
-    backend, breaker = candidate.backend, candidate.breaker
-    tracked = candidate.tracker.begin(request.prompt_tokens)
-    recorded = False
-    try:
-        result = await attempt(candidate)
-        breaker.record_success()
-        tracked.first_token()
-        recorded = True
-        return result, tracked
-    except StopAsyncIteration as exc:
-        breaker.record_failure()
-        tracked.finish(None, failed=True)
-        recorded = True
-        raise UpstreamError(f"deployment {backend.name!r} returned an empty stream") from exc
-    except GatewayError as exc:
-        recorded = True
-        if not exc.counts_as_failure:
-            breaker.record_success()  # it answered; the request was at fault
-            tracked.finish(None)
-            raise
-        breaker.record_failure()
-        tracked.finish(None, failed=True)
-        log.warning(
-            "deployment_failed", deployment=backend.name, error=exc.message, breaker=breaker.state
-        )
-        raise
-    finally:
-        if not recorded:  # cancelled or an unexpected error: free a half-open probe
-            breaker.record_abandoned()
-            tracked.finish(None, failed=True)
-
-
-def _nothing_can_serve(
-    model: str, facts: RequestFacts, pool: Sequence[PolicyCandidate], reason: str
-) -> GatewayError:
-    need = facts.prompt_tokens + (facts.max_tokens or 0)
-    limits = [c.facts.capabilities.context_length for c in pool]
-    if limits and all(limit is not None and need > limit for limit in limits):
-        return ContextLengthExceededError(
-            f"This model's maximum context length is {max(filter(None, limits))} tokens; "
-            f"this request needs about {need} (prompt + max_tokens).",
-            param="messages",
-        )
-    return InvalidRequestError(
-        f"No deployment of '{model}' can serve this request ({reason}).",
-        code="no_capable_deployment",
-    )
-
-
-def _all_cooling_down(candidates: Sequence[Candidate]) -> ServiceUnavailableError:
-    wait = min(c.breaker.retry_in() for c in candidates)
-    names = ", ".join(c.settings.name for c in candidates)
-    return ServiceUnavailableError(
-        f"Every deployment for this model is cooling down after failures ({names}); "
-        f"the next probe is in {wait:.1f}s.",
-        code="deployments_cooling_down",
-        retry_after=max(wait, 1.0),
-    )
-
-
-async def _within(limit_s: float | None, awaitable: Awaitable[T], backend: Backend) -> T:
-    if limit_s is None:
-        return await awaitable
-    try:
-        async with asyncio.timeout(limit_s):
-            return await awaitable
-    except TimeoutError as exc:
-        raise UpstreamTimeoutError(
-            f"deployment {backend.name!r} did not answer within {limit_s:g}s"
-        ) from exc
 
 
 def _client_fault(task: asyncio.Task[Opened]) -> bool:

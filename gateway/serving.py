@@ -20,8 +20,9 @@ from pydantic import BaseModel, ValidationError
 
 from backends.base import Backend
 from gateway.admission import Admission, AdmissionTicket, RequestFacts
+from gateway.attempts import Candidate, cost_usd
 from gateway.cache import ResponseCache, chat_chunks, completion_chunks
-from gateway.dispatch import Candidate, Gateway, OpenedStream, cost_usd
+from gateway.dispatch import Gateway, OpenedStream
 from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
 from gateway.frames import Framed, FrameStream, RawChatBackend
 from gateway.protocol import (

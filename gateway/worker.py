@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--threads", type=int, help="CPU threads (default: every core)")
     worker.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads every layer")
     worker.add_argument("--kv-cache-type", choices=["f16", "q8_0"], default="f16")
-    worker.add_argument("--flash-attn", action="store_true")
+    worker.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
     worker.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot")
     worker.add_argument("--host", default="127.0.0.1")
     worker.add_argument("--port", type=int, default=8080)
@@ -52,7 +52,7 @@ def worker_config(args: argparse.Namespace) -> GatewayConfig:
         "n_ctx": args.ctx,
         "gpu_layers": args.gpu_layers,
         "kv_cache_type": args.kv_cache_type,
-        "flash_attn": args.flash_attn,
+        "flash_attn": {"on": True, "off": False}.get(args.flash_attn, "auto"),
         "max_queue": args.max_queue,
     }
     if args.threads is not None:
