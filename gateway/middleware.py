@@ -70,9 +70,7 @@ class RequestContextMiddleware:
         tracer = self.telemetry.tracer
         with (
             tracer.start_as_current_span(operation, kind=trace.SpanKind.SERVER) as span,
-            structlog.contextvars.bound_contextvars(
-                request_id=request_id, trace_id=f"{span.get_span_context().trace_id:032x}"
-            ),
+            structlog.contextvars.bound_contextvars(**_ids(request_id, span)),
         ):
             try:
                 await self.app(scope, receive, send_recording_status)
@@ -88,6 +86,13 @@ class RequestContextMiddleware:
                     duration_ms=round(duration * 1000, 2),
                     **facts,
                 )
+
+
+def _ids(request_id: str, span: trace.Span) -> dict[str, str]:
+    context = span.get_span_context()
+    if not context.is_valid:  # traces are off: no id to correlate with
+        return {"request_id": request_id}
+    return {"request_id": request_id, "trace_id": f"{context.trace_id:032x}"}
 
 
 _OPERATIONS = {

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
     SpanExporter,
 )
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -93,8 +93,11 @@ class Telemetry:
         self.cost = Counter(
             "switchyard_cost_usd", "Spend from deployment prices", labels, registry=self.registry
         )
-        self.tracer_provider = _tracer_provider(span_exporter)
-        self.tracer: Tracer = self.tracer_provider.get_tracer("switchyard")
+        self.tracer_provider, exporting = _tracer_provider(span_exporter)
+        # with nowhere to export, recording spans is pure cost on the request path
+        self.tracer: Tracer = (
+            self.tracer_provider.get_tracer("switchyard") if exporting else NoOpTracer()
+        )
 
     def watch(
         self,
@@ -177,17 +180,18 @@ class _LiveCollector(Collector):
         yield from (queue, in_flight, slots, kv, open_)
 
 
-def _tracer_provider(exporter: SpanExporter | None) -> TracerProvider:
+def _tracer_provider(exporter: SpanExporter | None) -> tuple[TracerProvider, bool]:
+    """The provider, and whether it exports anything."""
     disabled = os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true"
     service = os.environ.get("OTEL_SERVICE_NAME", "switchyard")
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-    elif not disabled:
-        configured = _exporter_from_env()
-        if configured is not None:
-            provider.add_span_processor(BatchSpanProcessor(configured))
-    return provider
+        return provider, True
+    configured = None if disabled else _exporter_from_env()
+    if configured is not None:
+        provider.add_span_processor(BatchSpanProcessor(configured))
+    return provider, configured is not None
 
 
 def _exporter_from_env() -> SpanExporter | None:
