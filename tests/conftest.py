@@ -90,6 +90,7 @@ deployments:
     backend: llamacpp
     model: {tiny_model}
     n_ctx: 4096
+    threads: 1   # a shared 2-core runner: ggml threads spin-wait on each other otherwise
     parallel: 2
     max_queue: 16
 models:

@@ -11,7 +11,7 @@ from tests.conftest import Server, start_server, stop_server
 
 TEMPLATE = """
 deployments:
-  - {{name: {name}, backend: llamacpp, model: {model}, n_ctx: 4096}}
+  - {{name: {name}, backend: llamacpp, model: {model}, n_ctx: 4096, threads: 1}}
 models:
   tiny: {{candidates: [{name}]}}
 """
