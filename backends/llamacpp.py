@@ -55,7 +55,9 @@ class LlamaCppSettings(DeploymentSettings):
     # TODO(planner): gpu_layers "auto" from the GGUF memory estimate
     gpu_layers: int = Field(default=0, ge=-1, description="-1 offloads every layer")
     kv_cache_type: Literal["f16", "q8_0"] = "f16"
-    flash_attn: bool = False
+    flash_attn: bool | Literal["auto"] = Field(
+        default="auto", description="auto: on where the device supports it (llama.cpp's default)"
+    )
     n_batch: int = Field(default=512, ge=8, description="tokens per decode step (prefill chunk)")
     prefix_cache: bool = Field(default=True, description="reuse KV of shared prompt prefixes")
     max_queue: int = Field(default=64, ge=0, description="requests waiting for a slot")
@@ -64,8 +66,8 @@ class LlamaCppSettings(DeploymentSettings):
 
     @model_validator(mode="after")
     def _quantized_kv_needs_flash_attn(self) -> LlamaCppSettings:
-        if self.kv_cache_type != "f16" and not self.flash_attn:
-            raise ValueError("kv_cache_type q8_0 needs flash_attn: true (llama.cpp's V cache)")
+        if self.kv_cache_type != "f16" and self.flash_attn is False:
+            raise ValueError("kv_cache_type q8_0 needs flash_attn (llama.cpp's V cache)")
         return self
 
     def batch_settings(self) -> BatchSettings:

@@ -1,0 +1,134 @@
+"""Per-request sampling for batched llama.cpp generation: one sampler chain per sequence.
+
+Every sequence in a batch owns a llama.cpp sampler chain, built from its request's settings
+the way llama-cpp-python's ``Llama._init_sampler`` does (penalties, grammar, then greedy, or
+top-k / top-p / min-p / temperature / a seeded ``dist``). The chain keeps its own random state
+and grammar state, so a seeded request samples the same tokens whatever runs beside it.
+
+Chains are built on the event loop (only the model's vocabulary is read, which llama.cpp
+allows from any thread), so a grammar llama.cpp rejects becomes a 400 before anything is
+streamed. The scheduler thread frees the chain when the sequence ends.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import InvalidRequestError
+
+PENALTY_LAST_N = 64
+"""Tokens that repetition / frequency / presence penalties look back over (llama.cpp's default)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Per-request sampling settings, in llama.cpp's terms. ``temperature == 0`` is greedy."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int | None = None
+
+    @property
+    def penalized(self) -> bool:
+        return (
+            self.repeat_penalty != 1.0
+            or self.frequency_penalty != 0.0
+            or self.presence_penalty != 0.0
+        )
+
+
+class SamplerChain:
+    """Owns one ``llama_sampler`` chain; ``free()`` it exactly once (idempotent)."""
+
+    def __init__(self, pointer: Any) -> None:
+        self.pointer = pointer
+
+    def sample(self, ctx: Any, index: int) -> int:
+        """Sample (and accept) a token from output ``index`` of the last decode."""
+        import llama_cpp
+
+        token: int = llama_cpp.llama_sampler_sample(self.pointer, ctx, index)
+        return token
+
+    def free(self) -> None:
+        import llama_cpp
+
+        if self.pointer is not None:
+            llama_cpp.llama_sampler_free(self.pointer)
+            self.pointer = None
+
+
+def build_chain(
+    vocab: Any,
+    n_vocab: int,
+    sampling: Sampling,
+    grammar: Any = None,
+    *,
+    param: str = "response_format",
+) -> SamplerChain:
+    """A sampler chain for one request. ``grammar`` is a ``llama_cpp.LlamaGrammar`` or None.
+
+    Raises :class:`InvalidRequestError` (naming ``param``) when llama.cpp rejects the grammar.
+    """
+    import llama_cpp
+
+    chain = SamplerChain(
+        llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    )
+    try:
+        if sampling.penalized:
+            _add(
+                chain,
+                llama_cpp.llama_sampler_init_penalties(
+                    n_vocab,
+                    PENALTY_LAST_N,
+                    sampling.repeat_penalty,
+                    sampling.frequency_penalty,
+                    sampling.presence_penalty,
+                ),
+            )
+        if grammar is not None:
+            _add(chain, _grammar_sampler(vocab, grammar, param))
+        if sampling.temperature <= 0.0:
+            _add(chain, llama_cpp.llama_sampler_init_greedy())
+            return chain
+        if sampling.top_k > 0:
+            _add(chain, llama_cpp.llama_sampler_init_top_k(sampling.top_k))
+        if sampling.top_p < 1.0:
+            _add(chain, llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1))
+        if sampling.min_p > 0.0:
+            _add(chain, llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1))
+        _add(chain, llama_cpp.llama_sampler_init_temp(sampling.temperature))
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+        _add(chain, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+    except BaseException:
+        chain.free()
+        raise
+
+
+def _grammar_sampler(vocab: Any, grammar: Any, param: str) -> Any:
+    import llama_cpp
+
+    text: str = grammar._grammar
+    root: str = grammar._root
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode(), root.encode())
+    if not sampler:
+        raise InvalidRequestError(
+            "llama.cpp could not compile the grammar derived from this request",
+            param=param,
+        )
+    return sampler
+
+
+def _add(chain: SamplerChain, sampler: Any) -> None:
+    import llama_cpp
+
+    llama_cpp.llama_sampler_chain_add(chain.pointer, sampler)  # the chain owns it now
