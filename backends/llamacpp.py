@@ -8,7 +8,7 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -52,8 +52,9 @@ class LlamaCppSettings(DeploymentSettings):
     n_ctx: int = Field(default=4096, ge=64, description="context length per slot")
     parallel: int = Field(default=1, ge=1, le=64, description="concurrent sequences")
     threads: int | None = Field(default=None, ge=1, description="default: every CPU core")
-    # TODO(planner): gpu_layers "auto" from the GGUF memory estimate
-    gpu_layers: int = Field(default=0, ge=-1, description="-1 offloads every layer")
+    gpu_layers: Annotated[int, Field(ge=-1)] | Literal["auto"] = Field(
+        default=0, description="-1 offloads every layer; auto: as many as the memory plan fits"
+    )
     kv_cache_type: Literal["f16", "q8_0"] = "f16"
     flash_attn: bool | Literal["auto"] = Field(
         default="auto", description="auto: on where the device supports it (llama.cpp's default)"
@@ -94,6 +95,18 @@ def resolve_model_path(model: str) -> Path:
     return Path(model).expanduser()
 
 
+def auto_gpu_layers(settings: LlamaCppSettings) -> int:
+    """``gpu_layers: auto``: every layer when the memory plan fits the GPU (or only the KV
+    spills), the planner's layer count on partial offload, none without a GPU."""
+    from gateway.placement import plan_deployments
+
+    (placement,) = plan_deployments([settings], [])
+    plan = placement.plan
+    if plan is None or plan.device == "cpu" or plan.fit == "does_not_fit":
+        return 0
+    return -1 if plan.fit in ("fits", "kv_spills") else plan.gpu_layers
+
+
 def model_cache_dir() -> Path:
     base = os.environ.get("SWITCHYARD_MODEL_DIR")
     if base:
@@ -129,10 +142,15 @@ class LlamaCppBackend:
         path = await asyncio.to_thread(resolve_model_path, settings.model)
         if not path.is_file():
             raise FileNotFoundError(f"deployment {settings.name!r}: no GGUF file at {path}")
+        gpu_layers: int = (
+            await asyncio.to_thread(auto_gpu_layers, settings)
+            if settings.gpu_layers == "auto"
+            else settings.gpu_layers
+        )
         engine = LlamaEngine(
             path,
             settings.batch_settings(),
-            gpu_layers=settings.gpu_layers,
+            gpu_layers=gpu_layers,
             max_queue=settings.max_queue,
         )
         await engine.start()
