@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractContextManager, aclosing
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from backends.base import Capabilities, LiveStats
 from backends.http import (
@@ -41,6 +42,7 @@ from backends.http import (
     stream_timeout,
 )
 from gateway.errors import GatewayError, UpstreamError
+from gateway.periodic import Periodic
 from gateway.protocol import (
     AssistantMessage,
     ChatCompletion,
@@ -69,6 +71,10 @@ class OpenAICompatSettings(HTTPDeploymentSettings):
     tools: bool = True
     json_schema: bool = True
     images: bool = True
+    worker_stats: bool = Field(
+        default=False,
+        description="the upstream is a switchyard worker: poll its live figures for routing",
+    )
 
 
 class OpenAICompatBackend:
@@ -84,6 +90,8 @@ class OpenAICompatBackend:
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._in_flight = 0
+        self._remote: LiveStats | None = None
+        self._poller = Periodic(1.0, self._poll_worker)
 
     @property
     def name(self) -> str:
@@ -113,15 +121,33 @@ class OpenAICompatBackend:
         key = read_api_key(self._settings.api_key_env)
         auth = {"authorization": f"Bearer {key}"} if key else {}
         self._client = make_client(self._settings, auth, self._transport)
+        if self._settings.worker_stats:
+            await self._poll_worker()
+            self._poller.start()
 
     async def aclose(self) -> None:
         """Close the pool; streams still open are cut."""
+        await self._poller.stop()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
 
     def stats(self) -> LiveStats:
-        return LiveStats(in_flight=self._in_flight)
+        if self._remote is None:
+            return LiveStats(in_flight=self._in_flight)
+        return replace(self._remote, in_flight=max(self._in_flight, self._remote.in_flight))
+
+    async def _poll_worker(self) -> None:
+        """A worker's sequences, KV cells, queue and rates, summed over its deployments;
+        an unreachable worker keeps its last figures (the breaker deals with failures)."""
+        if self._client is None:
+            return
+        try:
+            response = await self._client.get("worker/stats", timeout=2.0)
+            deployments = response.json()["deployments"].values()
+        except (httpx.HTTPError, ValueError, KeyError, AttributeError):
+            return
+        self._remote = _sum_stats([LiveStats(**d) for d in deployments])
 
     # --- whole responses ---------------------------------------------------------------
 
@@ -286,6 +312,23 @@ class OpenAICompatBackend:
             upstream_body=body,
         )
         return annotate(exc, counts_as_failure=True, upstream_body=body)
+
+
+def _sum_stats(parts: list[LiveStats]) -> LiveStats:
+    def total(name: str) -> Any:
+        values = [getattr(p, name) for p in parts if getattr(p, name) is not None]
+        return sum(values) if values else None
+
+    return LiveStats(
+        in_flight=sum(p.in_flight for p in parts),
+        queue_depth=sum(p.queue_depth for p in parts),
+        slots_busy=total("slots_busy"),
+        slots_total=total("slots_total"),
+        kv_used=total("kv_used"),
+        kv_total=total("kv_total"),
+        prefill_tokens_per_s=total("prefill_tokens_per_s"),
+        decode_tokens_per_s=total("decode_tokens_per_s"),
+    )
 
 
 class RawChatStream:
