@@ -7,6 +7,8 @@ instructions, never a skip.
 
 from __future__ import annotations
 
+import contextlib
+import random
 import shutil
 import socket
 import subprocess
@@ -33,7 +35,8 @@ class RedisServer:
         self.binary = binary
         self.directory = directory
         self.cluster = cluster
-        self.port = free_port()
+        # a cluster node also listens on port + 10000, so its port must stay below 55536
+        self.port = _free_port_below(55535) if cluster else free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -125,3 +128,14 @@ def start_redis(directory: Path, *, cluster: bool = False) -> RedisServer:
         return RedisServer(directory, cluster=cluster).start()
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+def _free_port_below(limit: int) -> int:
+    for _ in range(200):
+        port = random.randint(20000, limit)
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", port))
+            with socket.socket() as bus:
+                bus.bind(("127.0.0.1", port + 10000))
+                return port
+    raise RuntimeError(f"no free port pair below {limit}")

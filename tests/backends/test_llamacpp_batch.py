@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from backends.llamacpp import LlamaCppBackend, LlamaCppSettings
-from backends.llamacpp_batch import Finished, GenerationJob
-from backends.llamacpp_sampling import Sampling
+from backends.llamacpp_sampling import Finished, GenerationJob, Sampling
 from gateway.errors import InvalidRequestError, ServiceUnavailableError
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 
@@ -68,7 +67,7 @@ async def cached(tiny_model: Path) -> AsyncIterator[LlamaCppBackend]:
     await backend.aclose()
 
 
-def _chat(content: str, system: str | None = None, **kwargs: Any) -> ChatCompletionRequest:
+def _chat(content: str, *, system: str | None = None, **kwargs: Any) -> ChatCompletionRequest:
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": content})
     body = {"model": "tiny", "messages": messages, "max_tokens": 16, "temperature": 0, **kwargs}
@@ -231,15 +230,22 @@ async def test_seeds_reproduce_whatever_runs_beside(cached: LlamaCppBackend) -> 
 
 
 async def test_extra_sampling_fields(cached: LlamaCppBackend) -> None:
-    extra = {"top_k": 5, "min_p": 0.05, "repetition_penalty": 1.3}
-    out = await cached.chat(_chat("Say hello", temperature=0.7, seed=3, **extra))
+    good: dict[str, Any] = {"top_k": 5, "min_p": 0.05, "repetition_penalty": 1.3}
+    out = await cached.chat(_chat("Say hello", temperature=0.7, seed=3, **good))
     assert out.usage is not None and out.usage.completion_tokens > 0
     greedy = _text(await cached.chat(_chat("Say hello", max_tokens=40)))
     penalized = _text(await cached.chat(_chat("Say hello", max_tokens=40, repeat_penalty=2.0)))
     assert penalized != greedy
-    for field, value in (("top_k", -3), ("min_p", 2), ("repetition_penalty", 0), ("top_k", "x")):
+    bad: list[tuple[str, Any]] = [
+        ("top_k", -3),
+        ("min_p", 2),
+        ("repetition_penalty", 0),
+        ("top_k", "x"),
+    ]
+    for field, value in bad:
+        extra: dict[str, Any] = {field: value}
         with pytest.raises(InvalidRequestError) as info:
-            await cached.chat(_chat("x", **{field: value}))
+            await cached.chat(_chat("x", **extra))
         assert info.value.param == field
 
 
@@ -276,3 +282,33 @@ async def test_quantized_kv_cache_needs_a_fitting_head_size(tiny_model: Path) ->
     with pytest.raises(RuntimeError, match="divisible by 32"):
         await backend.start()
     await backend.aclose()
+
+
+def test_placement_helpers() -> None:
+    from backends.llamacpp_batch import Scheduler, Ticket, _common_prefix, _runs, _Seq
+    from backends.llamacpp_sampling import SamplerChain
+
+    assert [_common_prefix([1, 2, 3], b) for b in ([1, 2, 3], [1, 2], [1, 9], [], [4])] == [
+        3,
+        2,
+        1,
+        0,
+        0,
+    ]
+    assert (_runs({0, 1, 2}), _runs({0, 2, 3}), _runs(set())) == (1, 2, 0)
+    # a round that fills every free sequence sends each prompt to its own cached prefix
+    scheduler = Scheduler.__new__(Scheduler)
+    scheduler._prefix_cache = True
+    scheduler._seqs = [_Seq(i) for i in range(3)]
+    for seq, prefix in zip(scheduler._seqs, ([1, 1, 1], [2, 2, 2], [3, 3, 3]), strict=True):
+        seq.tokens = prefix
+    tickets = [
+        Ticket(GenerationJob(prompt, 4, Sampling()), SamplerChain(None), lambda _: None)
+        for prompt in ([3, 3, 3, 9], [1, 1, 1, 9], [2, 2, 2, 9])
+    ]
+    matched = scheduler._match(list(tickets))
+    assert [(t.job.prompt_tokens[0], s.id if s else None) for t, s in matched] == [
+        (3, 2),
+        (1, 0),
+        (2, 1),
+    ]

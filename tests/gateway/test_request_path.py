@@ -62,7 +62,7 @@ def client(gateway: Server) -> Iterator[OpenAI]:
 
 @pytest.fixture(autouse=True)
 def healthy_upstreams(
-    upstreams: tuple[FaultUpstream, FaultUpstream],
+    upstreams: tuple[FaultUpstream, FaultUpstream], gateway: Server
 ) -> Iterator[None]:
     for upstream in upstreams:
         upstream.default_fault = None
@@ -71,7 +71,9 @@ def healthy_upstreams(
     for upstream in upstreams:
         upstream.default_fault = None
         upstream.queue.clear()
-    time.sleep(1.1)  # let any breaker that opened cool down before the next test
+    time.sleep(1.1)  # let any breaker that opened cool down, then close it with a probe
+    body = {"model": "only-a", "messages": HELLO}
+    assert httpx.post(f"{gateway.api}/chat/completions", json=body, timeout=30).is_success
 
 
 @pytest.mark.parametrize("fault", ["500", "503", "429", "reset", "hang"])
