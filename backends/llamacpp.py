@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from backends.base import Capabilities, DeploymentSettings, LiveStats
-from backends.llamacpp_batch import BatchSettings, Event, Finished, GenerationJob
+from backends.llamacpp_batch import BatchSettings
 from backends.llamacpp_engine import LlamaEngine, LoadedModel
-from backends.llamacpp_sampling import Sampling
+from backends.llamacpp_sampling import Event, Finished, GenerationJob, Sampling
 from backends.llamacpp_text import CHATML_TEMPLATE, ChatTemplate
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.protocol import (

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from backends.llamacpp_sampling import SamplerChain, Sampling
+from backends.llamacpp_sampling import Event, Finished, GenerationJob, SamplerChain
 from backends.llamacpp_text import TextAssembler
 from gateway.errors import GatewayError, ServiceUnavailableError
 
@@ -39,30 +39,6 @@ as much as prefilling a few tokens); at least 1/256 of the context per sequence.
 RATE_WINDOW_S = 10.0
 
 
-@dataclass
-class GenerationJob:
-    """One request's work: prompt tokens in, text pieces and a :class:`Finished` out."""
-
-    prompt_tokens: list[int]
-    max_tokens: int
-    sampling: Sampling
-    stops: list[str] = field(default_factory=list)
-    grammar: Any = None  # a llama_cpp.LlamaGrammar; compiled on submit, so errors are 400s
-    grammar_param: str = "response_format"
-    stream: bool = True  # False: the text arrives in one piece just before Finished
-    cancelled: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(frozen=True)
-class Finished:
-    reason: str  # "stop", "length" or "cancelled"
-    prompt_tokens: int
-    completion_tokens: int
-    first_token_s: float | None
-    cached_tokens: int = 0
-
-
-Event = str | Finished
 Deliver = Callable[[Event | BaseException], None]
 Post = Callable[[list[tuple[Deliver, Event | BaseException]]], None]
 
@@ -116,13 +92,12 @@ class _Task:
 class _Seq:
     """A llama.cpp sequence: the tokens its KV holds (positions 0..n-1) and its task."""
 
-    __slots__ = ("id", "task", "tokens", "used_at")
+    __slots__ = ("id", "task", "tokens")
 
     def __init__(self, seq_id: int) -> None:
         self.id = seq_id
         self.tokens: list[int] = []
         self.task: _Task | None = None
-        self.used_at = 0.0
 
 
 class _Rates:
@@ -243,9 +218,9 @@ class Scheduler:
                     return
                 free = sum(1 for s in self._seqs if s.task is None)
                 admitted = [self._waiting.popleft() for _ in range(min(free, self.waiting))]
-            for ticket in admitted:
+            for ticket, seq in self._match(admitted):
                 try:
-                    self._admit(ticket)
+                    self._admit(ticket, seq)
                 except Exception as exc:
                     ticket.chain.free()
                     self._outbox.append((ticket.deliver, _as_gateway_error(exc)))
@@ -259,20 +234,44 @@ class Scheduler:
             self._publish()
             self._flush()
 
-    def _admit(self, ticket: Ticket) -> None:
-        job = ticket.job
-        if job.cancelled.is_set():
+    def _match(self, tickets: list[Ticket]) -> list[tuple[Ticket, _Seq | None]]:
+        """Pair tickets with sequences when this round fills every free sequence.
+
+        Then which sequences run is settled (all of them), so each prompt goes where its
+        longest cached prefix is, best pairs first; otherwise each is placed on its own by
+        :meth:`_place`, which keeps running sequences contiguous.
+        """
+        for ticket in [t for t in tickets if t.job.cancelled.is_set()]:
             ticket.chain.free()
-            return
-        seq, cached = self._place(job.prompt_tokens)
+            tickets.remove(ticket)
+        free = [s for s in self._seqs if s.task is None]
+        if not self._prefix_cache or len(tickets) < max(2, len(free)):
+            return [(t, None) for t in tickets]
+        pairs = sorted(
+            ((_common_prefix(s.tokens, t.job.prompt_tokens), i, s.id)
+             for i, t in enumerate(tickets) for s in free),
+            reverse=True,
+        )  # fmt: skip
+        chosen: dict[int, _Seq] = {}
+        taken: set[int] = set()
+        for _, i, seq_id in pairs:
+            if i not in chosen and seq_id not in taken:
+                chosen[i] = self._seqs[seq_id]
+                taken.add(seq_id)
+        return [(t, chosen[i]) for i, t in enumerate(tickets)]
+
+    def _admit(self, ticket: Ticket, seq: _Seq | None) -> None:
+        job = ticket.job
+        seq, cached = self._place(job.prompt_tokens, seq)
         self._order += 1
         seq.task = _Task(ticket, self._order, cached)
         self.busy += 1
         self.prompt_tokens_total += len(job.prompt_tokens)
         self.prefix_hit_tokens += cached
 
-    def _place(self, prompt: list[int]) -> tuple[_Seq, int]:
-        """A free sequence for ``prompt`` and how many prompt tokens its KV already holds.
+    def _place(self, prompt: list[int], seq: _Seq | None = None) -> tuple[_Seq, int]:
+        """A free sequence for ``prompt`` (``seq`` if given) and how many prompt tokens its
+        KV already holds.
 
         llama.cpp computes only consecutive sequence ids in one pass when streams are
         separate, so the free sequence that keeps the running ones contiguous wins; its own
@@ -281,11 +280,12 @@ class Scheduler:
         """
         import llama_cpp
 
-        free = [s for s in self._seqs if s.task is None]
         busy = {s.id for s in self._seqs if s.task is not None}
         common = {s.id: _common_prefix(s.tokens, prompt) if self._prefix_cache else 0
                   for s in self._seqs}  # fmt: skip
-        seq = min(free, key=lambda s: (_runs(busy | {s.id}), -common[s.id], s.id))
+        if seq is None:
+            free = [s for s in self._seqs if s.task is None]
+            seq = min(free, key=lambda s: (_runs(busy | {s.id}), -common[s.id], s.id))
         shared = common[seq.id]
         donor = max(self._seqs, key=lambda s: common[s.id])
         if donor is not seq and common[donor.id] >= shared + self._min_copy_gain:
@@ -386,7 +386,7 @@ class Scheduler:
             task.next_token = token
 
     def _finish(self, seq: _Seq, reason: str) -> None:
-        """The task leaves its sequence; the sequence keeps its KV as a prefix cache."""
+        """The task leaves its sequence, which keeps its KV as a prefix cache."""
         task = self._release(seq)
         if reason != "cancelled":
             tail = task.text.finish()
@@ -414,7 +414,6 @@ class Scheduler:
         task = seq.task
         assert task is not None
         seq.task = None
-        seq.used_at = time.monotonic()
         task.ticket.chain.free()
         self.busy -= 1
         return task
@@ -467,11 +466,18 @@ def _runs(ids: set[int]) -> int:
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix, by bisection over slice comparisons (done in C)."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low] and a[:high] != b[:high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def _as_gateway_error(exc: BaseException) -> GatewayError:

@@ -20,16 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import LiveStats
-from backends.llamacpp_batch import (
-    BatchSettings,
-    Deliver,
-    Event,
-    Finished,
-    GenerationJob,
-    Scheduler,
-    Ticket,
-)
-from backends.llamacpp_sampling import Sampling, build_chain
+from backends.llamacpp_batch import BatchSettings, Deliver, Scheduler, Ticket
+from backends.llamacpp_sampling import Event, Finished, GenerationJob, Sampling, build_chain
 from gateway.errors import ServiceUnavailableError
 
 __all__ = ["Finished", "GenerationJob", "LlamaEngine", "LoadedModel", "Sampling"]

@@ -1,4 +1,7 @@
-"""Per-request sampling for batched llama.cpp generation: one sampler chain per sequence.
+"""What one request asks of the batched llama.cpp engine, and its sampler chain.
+
+:class:`GenerationJob` (prompt tokens, limits, :class:`Sampling`, stops, grammar) goes in;
+text pieces and one :class:`Finished` come out.
 
 Every sequence in a batch owns a llama.cpp sampler chain, built from its request's settings
 the way llama-cpp-python's ``Llama._init_sampler`` does (penalties, grammar, then greedy, or
@@ -13,7 +16,8 @@ streamed. The scheduler thread frees the chain when the sequence ends.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidRequestError
@@ -42,6 +46,32 @@ class Sampling:
             or self.frequency_penalty != 0.0
             or self.presence_penalty != 0.0
         )
+
+
+@dataclass
+class GenerationJob:
+    """One request's work: prompt tokens in, text pieces and a :class:`Finished` out."""
+
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: Sampling
+    stops: list[str] = field(default_factory=list)
+    grammar: Any = None  # a llama_cpp.LlamaGrammar; compiled on submit, so errors are 400s
+    grammar_param: str = "response_format"
+    stream: bool = True  # False: the text arrives in one piece just before Finished
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: str  # "stop", "length" or "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+    first_token_s: float | None
+    cached_tokens: int = 0
+
+
+Event = str | Finished
 
 
 class SamplerChain:
