@@ -34,6 +34,7 @@ from gateway.config import GatewayConfig, ModelRoute
 from gateway.errors import (
     GatewayError,
     ModelNotFoundError,
+    UpstreamTimeoutError,
 )
 from gateway.frames import Deadline, FrameStream
 from gateway.limits import DeploymentLimitedError
@@ -331,6 +332,8 @@ class Gateway:
                     if not exc.counts_as_failure:
                         raise
                     last = exc
+                    if isinstance(exc, UpstreamTimeoutError):
+                        break  # it used up its time once; the next candidate gets the rest
                     delay = backoff_delay(retry, exc.retry_after, settings)
                     if retry == settings.retries or delay > settings.max_retry_after_s:
                         break

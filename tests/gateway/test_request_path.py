@@ -22,7 +22,7 @@ HELLO = [{"role": "user", "content": "hi"}]
 def deployment(name: str, upstream: FaultUpstream, price: float) -> str:
     return (
         f"  - {{name: {name}, backend: openai, base_url: '{upstream.url}/v1', model: up-{name},"
-        f" timeouts: {{first_token_s: 1.5, total_s: 20}},"
+        f" timeouts: {{first_token_s: 1.5, total_s: 12}},"
         f" price: {{input_per_1m: {price}, output_per_1m: {price}}}}}\n"
     )
 
