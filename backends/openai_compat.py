@@ -17,7 +17,7 @@ Two stream paths:
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractContextManager, aclosing
 from dataclasses import replace
 from typing import Any, Literal, TypeVar
@@ -58,6 +58,7 @@ from gateway.protocol import (
 )
 
 _M = TypeVar("_M", bound=BaseModel)
+_C = TypeVar("_C", ChatCompletionChunk, Completion)
 
 
 class OpenAICompatSettings(HTTPDeploymentSettings):
@@ -177,50 +178,47 @@ class OpenAICompatBackend:
 
     # --- streams -------------------------------------------------------------------------
 
-    async def chat_stream(
-        self, request: ChatCompletionRequest
-    ) -> AsyncIterator[ChatCompletionChunk]:
+    def chat_stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
         """Yield parsed chunks; the last has ``choices == []`` and ``usage``."""
-        frames = self._data_frames("chat/completions", self._to_wire(request, stream=True))
-        usage: Usage | None = None
-        head: ChatCompletionChunk | None = None
-        chars = 0
-        async with aclosing(frames):
-            async for frame in frames:
-                chunk = self._parse(ChatCompletionChunk, frame[5:])
-                head = head or chunk
-                if chunk.usage is not None:
-                    usage, chunk.usage = chunk.usage, None
-                    if not chunk.choices:
-                        continue
-                chars += _chunk_chars(chunk)
-                yield chunk
-        yield ChatCompletionChunk(
-            id=head.id if head else new_id("chatcmpl"),
-            created=head.created if head else now(),
-            model=head.model if head else self._settings.model,
-            choices=[],
-            usage=usage or _estimate(_prompt_chars(request), chars),
+        return self._parsed_stream(
+            "chat/completions", request, ChatCompletionChunk, _chunk_chars, "chatcmpl"
         )
 
-    async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+    def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
         """Yield text-completion chunks; the last has ``choices == []`` and ``usage``."""
-        frames = self._data_frames("completions", self._to_wire(request, stream=True))
+        return self._parsed_stream(
+            "completions",
+            request,
+            Completion,
+            lambda chunk: sum(len(c.text) for c in chunk.choices),
+            "cmpl",
+        )
+
+    async def _parsed_stream(
+        self,
+        path: str,
+        request: ChatCompletionRequest | CompletionRequest,
+        kind: type[_C],
+        chars_of: Callable[[_C], int],
+        id_prefix: str,
+    ) -> AsyncIterator[_C]:
+        """The upstream's chunks, parsed; its usage chunk (or an estimate) comes last."""
+        frames = self._data_frames(path, self._to_wire(request, stream=True))
         usage: Usage | None = None
-        head: Completion | None = None
+        head: _C | None = None
         chars = 0
         async with aclosing(frames):
             async for frame in frames:
-                chunk = self._parse(Completion, frame[5:])
+                chunk = self._parse(kind, frame[5:])
                 head = head or chunk
                 if chunk.usage is not None:
                     usage, chunk.usage = chunk.usage, None
                     if not chunk.choices:
                         continue
-                chars += sum(len(c.text) for c in chunk.choices)
+                chars += chars_of(chunk)
                 yield chunk
-        yield Completion(
-            id=head.id if head else new_id("cmpl"),
+        yield kind(
+            id=head.id if head else new_id(id_prefix),
             created=head.created if head else now(),
             model=head.model if head else self._settings.model,
             choices=[],
