@@ -100,6 +100,8 @@ class LiveStats:
     """Share of prompt tokens served from cached KV instead of prefilled (0..1)."""
     prefix_hit_tokens: int | None = None
     """Prompt tokens served from cached KV since start."""
+    loaded: bool | None = None
+    """A local model loaded on demand: is it in memory now? ``None``: always available."""
 
 
 @runtime_checkable

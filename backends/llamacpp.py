@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from backends.base import Capabilities, DeploymentSettings, LiveStats
 from backends.llamacpp_batch import BatchSettings
@@ -38,11 +39,29 @@ from gateway.protocol import (
 from gateway.protocol.chat import FunctionCall
 
 DEMO_PREFIX = "demo:"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(value: Any) -> Any:
+    """A duration as seconds: a number, or a string such as ``500ms``, ``30s``, ``5m``, ``1h``."""
+    if isinstance(value, bool):
+        raise ValueError("give a duration (seconds, or e.g. 30s, 5m, 1h), not true/false")
+    if not isinstance(value, str):
+        return value
+    match = _DURATION.match(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not a duration: give seconds, or e.g. 30s, 5m, 1h")
+    return float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
 
 
 class LlamaCppSettings(DeploymentSettings):
-    """A GGUF model served in this process. ``model`` is a path, or ``demo:tiny`` /
-    ``demo:bench`` for a generated random-weight model kept in the model cache.
+    """A GGUF model served in this process. ``model`` is a model-cache name (what
+    ``switchyard pull`` stored), a path, or ``demo:tiny`` / ``demo:bench`` for a generated
+    random-weight model kept in the model cache.
 
     All ``parallel`` sequences decode together in one llama.cpp context of
     ``parallel * n_ctx`` tokens (continuous batching, see ``backends/llamacpp_batch.py``).
@@ -64,6 +83,10 @@ class LlamaCppSettings(DeploymentSettings):
     max_queue: int = Field(default=64, ge=0, description="requests waiting for a slot")
     default_max_tokens: int = Field(default=512, ge=1)
     chat_template: str | None = None
+    preload: bool = Field(default=True, description="load at gateway start; false: on first use")
+    keep_alive: Seconds | None = Field(
+        default=None, description="unload after this long idle (seconds or 30s/5m/1h); none: never"
+    )
 
     @model_validator(mode="after")
     def _quantized_kv_needs_flash_attn(self) -> LlamaCppSettings:
@@ -84,15 +107,17 @@ class LlamaCppSettings(DeploymentSettings):
 
 
 def resolve_model_path(model: str) -> Path:
-    """A GGUF path; ``demo:SIZE`` is generated into the model cache on first use."""
-    if model.startswith(DEMO_PREFIX):
-        from gateway.demo_model import ensure_demo_model
+    """The GGUF file ``model`` names: a model-cache name (``switchyard models list``),
+    ``demo:tiny`` / ``demo:bench`` (generated into the cache on first use) or a file path.
+    Raises :class:`FileNotFoundError` saying where it looked."""
+    from gateway.models_store import ModelCache, UnknownModelError
 
-        size = model.removeprefix(DEMO_PREFIX)
-        if size not in ("tiny", "bench"):
-            raise ValueError(f"unknown demo model {model!r}: use demo:tiny or demo:bench")
-        return ensure_demo_model(model_cache_dir() / f"demo-{size}.gguf", size)  # type: ignore[arg-type]
-    return Path(model).expanduser()
+    if model.startswith(DEMO_PREFIX) and model.removeprefix(DEMO_PREFIX) not in ("tiny", "bench"):
+        raise ValueError(f"unknown demo model {model!r}: use demo:tiny or demo:bench")
+    try:
+        return ModelCache(model_cache_dir()).resolve(model)
+    except UnknownModelError as exc:
+        raise FileNotFoundError(str(exc)) from None
 
 
 def auto_gpu_layers(settings: LlamaCppSettings) -> int:
@@ -139,9 +164,10 @@ class LlamaCppBackend:
 
     async def start(self) -> None:
         settings = self._settings
-        path = await asyncio.to_thread(resolve_model_path, settings.model)
-        if not path.is_file():
-            raise FileNotFoundError(f"deployment {settings.name!r}: no GGUF file at {path}")
+        try:
+            path = await asyncio.to_thread(resolve_model_path, settings.model)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"deployment {settings.name!r}: {exc}") from None
         gpu_layers: int = (
             await asyncio.to_thread(auto_gpu_layers, settings)
             if settings.gpu_layers == "auto"

@@ -15,6 +15,7 @@ from backends.registry import BACKEND_KINDS, DeploymentConfig
 from gateway.cache import CacheRule
 from gateway.placement import DeviceSpec
 from gateway.reliability import ReliabilitySettings
+from gateway.residency import LocalModelsSettings
 from policies.policy import Policy, PolicyField
 
 
@@ -38,6 +39,7 @@ class GatewayConfig(BaseModel):
     deployments: list[DeploymentConfig] = Field(min_length=1)
     models: dict[str, ModelRoute] = Field(min_length=1)
     reliability: ReliabilitySettings = ReliabilitySettings()
+    local_models: LocalModelsSettings = LocalModelsSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> GatewayConfig:

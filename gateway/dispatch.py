@@ -22,7 +22,7 @@ import structlog
 from opentelemetry import trace
 
 from backends.base import Backend
-from backends.registry import DeploymentConfig, create_backend
+from backends.registry import DeploymentConfig
 from gateway.attempts import (
     Candidate,
     all_cooling_down,
@@ -43,6 +43,7 @@ from gateway.placement import plan_deployments
 from gateway.protocol import ModelList
 from gateway.protocol.common import Model
 from gateway.reliability import CircuitBreaker, backoff_delay
+from gateway.residency import Residency
 from gateway.routing import describe_deployment
 from policies import Candidate as PolicyCandidate
 from policies import FitClass, Hedge, RequestFacts
@@ -92,9 +93,15 @@ class OpenedStream:
 class Gateway:
     """Holds the live config and its backends; routes requests to them."""
 
-    def __init__(self, config: GatewayConfig, backends: dict[str, Backend]) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        backends: dict[str, Backend],
+        residency: Residency | None = None,
+    ) -> None:
         self.config = config
         self.backends = backends
+        self.residency = residency or Residency(config.local_models, config.devices)
         self.ready = False
         self.draining = False
         self.tracer: trace.Tracer = trace.NoOpTracer()
@@ -107,7 +114,8 @@ class Gateway:
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> Gateway:
-        return cls(config, {d.name: create_backend(d) for d in config.deployments})
+        residency = Residency(config.local_models, config.devices)
+        return cls(config, {d.name: residency.create(d) for d in config.deployments}, residency)
 
     async def apply(self, config: GatewayConfig, drain_timeout_s: float = 60.0) -> None:
         """Switch to a new config for new requests; in-flight ones finish where they are.
@@ -121,11 +129,13 @@ class Gateway:
             for d in config.deployments
             if d.name in self.backends and _same(self.config, d)
         }
-        fresh = {d.name: create_backend(d) for d in config.deployments if d.name not in keep}
+        fresh = {d.name: self.residency.create(d) for d in config.deployments if d.name not in keep}
+        self.residency.configure(config.local_models, config.devices)
         try:
             await asyncio.gather(*(b.start() for b in fresh.values()))
         except BaseException:
             await asyncio.gather(*(b.aclose() for b in fresh.values()), return_exceptions=True)
+            self.residency.configure(self.config.local_models, self.config.devices)
             raise
         retired = [b for name, b in self.backends.items() if keep.get(name) is not b]
         self.breakers = {
@@ -138,6 +148,7 @@ class Gateway:
         }
         fits = await _memory_fits(config)
         self.config, self.backends, self.fits = config, {**keep, **fresh}, fits
+        self.residency.start()
         self.config_version = config_version(config)
         for hook in self.on_reload:
             hook(config)
@@ -158,10 +169,12 @@ class Gateway:
     async def start(self) -> None:
         await asyncio.gather(*(b.start() for b in self.backends.values()))
         self.fits = await _memory_fits(self.config)
+        self.residency.start()
         self.ready = True
 
     async def aclose(self) -> None:
         self.ready = False
+        await self.residency.stop()
         await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(b.aclose() for b in self.backends.values()))
 

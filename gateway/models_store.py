@@ -174,7 +174,8 @@ class ModelCache:
             ensure_demo_model(self.path(f"demo-{size}"), size)  # type: ignore[arg-type]
             name = f"demo-{size}"
         if _NAME.match(name) and self.path(name).is_file():
-            self.touch(name)
+            with contextlib.suppress(OSError):  # a read-only cache still serves its models
+                self.touch(name)
             return self.path(name)
         if Path(name).expanduser().is_file():
             return Path(name).expanduser()
