@@ -24,17 +24,15 @@ from backends.base import Capabilities, LiveStats
 from backends.http import (
     HTTPDeploymentSettings,
     annotate,
+    encode_json,
     error_for_status,
     load_json,
-    make_client,
     map_transport_errors,
-    open_sse,
     parse_event,
-    post_json,
     protocol_error,
     read_api_key,
-    stream_timeout,
 )
+from backends.upstream import Upstream, make_upstream
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.protocol import (
     ChatCompletion,
@@ -80,7 +78,7 @@ class AnthropicBackend:
     ) -> None:
         self._settings = settings
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._upstream: Upstream | None = None
         self._in_flight = 0
 
     @property
@@ -106,32 +104,30 @@ class AnthropicBackend:
 
     async def start(self) -> None:
         """Read the API key and open the connection pool."""
-        if self._client is not None:
+        if self._upstream is not None:
             return
         headers = {"anthropic-version": self._settings.anthropic_version}
         key = read_api_key(self._settings.api_key_env)
         if key:
             headers["x-api-key"] = key
-        self._client = make_client(self._settings, headers, self._transport)
+        self._upstream = make_upstream(self._settings, headers, self._transport)
 
     async def aclose(self) -> None:
         """Close the pool; streams still open are cut."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            await upstream.aclose()
 
     def stats(self) -> LiveStats:
         return LiveStats(in_flight=self._in_flight)
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         """One chat completion through ``POST /v1/messages``."""
-        body = self._to_wire(request, stream=False)
-        client = self._require_client()
+        body = encode_json(self._to_wire(request, stream=False))
+        upstream = self._require_upstream()
         self._in_flight += 1
         try:
-            content = await post_json(
-                client, MESSAGES_PATH, body, self.name, self._settings.timeouts.total_s
-            )
+            content = await upstream.post(MESSAGES_PATH, body, self._settings.timeouts.total_s)
         finally:
             self._in_flight -= 1
         return self._from_wire(content)
@@ -182,7 +178,7 @@ class AnthropicBackend:
             raise protocol_error(self.name, "sent a malformed message") from None
 
     def _map_errors(self) -> AbstractContextManager[None]:
-        """httpx failures (connect, timeout, reset) onto gateway.errors."""
+        """Transport failures (connect, timeout, reset) onto gateway.errors."""
         return map_transport_errors(self.name)
 
     def _event_error(self, event: dict[str, Any]) -> GatewayError:
@@ -198,35 +194,34 @@ class AnthropicBackend:
         )
         return annotate(exc, counts_as_failure=False)
 
-    def _require_client(self) -> httpx.AsyncClient:
-        if self._client is None:
+    def _require_upstream(self) -> Upstream:
+        if self._upstream is None:
             raise RuntimeError(f"backend {self.name} is not started")
-        return self._client
+        return self._upstream
 
     async def _events(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         """Yield decoded stream events up to ``message_stop``; a stream without it is an error."""
-        client = self._require_client()
-        timeouts = self._settings.timeouts
-        request = client.build_request(
-            "POST", MESSAGES_PATH, json=body, timeout=stream_timeout(timeouts)
-        )
+        upstream = self._require_upstream()
         self._in_flight += 1
         try:
             with self._map_errors():
-                async with open_sse(client, request, self.name, timeouts) as frames:
-                    async for frame in frames:
-                        _, data = parse_event(frame)
-                        if not data:
-                            continue
-                        event = load_json(data, self.name)
-                        kind = event.get("type") if isinstance(event, dict) else None
-                        if kind == "error":
-                            raise self._event_error(event)
-                        if kind == "message_stop":
-                            await frames.finish()
-                            return
-                        if kind is not None:
-                            yield event
+                async with upstream.stream(
+                    MESSAGES_PATH, encode_json(body), self._settings.timeouts
+                ) as frames:
+                    async for batch in frames:
+                        for frame in batch:
+                            _, data = parse_event(frame)
+                            if not data:
+                                continue
+                            event = load_json(data, self.name)
+                            kind = event.get("type") if isinstance(event, dict) else None
+                            if kind == "error":
+                                raise self._event_error(event)
+                            if kind == "message_stop":
+                                await frames.finish()
+                                return
+                            if kind is not None:
+                                yield event
             raise protocol_error(self.name, "stream ended before message_stop")
         finally:
             self._in_flight -= 1

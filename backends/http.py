@@ -1,10 +1,8 @@
 """Shared plumbing for backends that call a remote HTTP API.
 
 * :class:`HTTPDeploymentSettings`: where an upstream lives and how long to wait for it;
-* :func:`make_client`: one pooled ``httpx.AsyncClient`` per backend (HTTP/1.1 keep-alive);
-* :func:`post_json`: one whole answer under the deployment's deadlines;
-* :func:`open_sse`: a streamed response with a first-byte deadline, split into SSE events
-  without decoding them;
+* :class:`FrameStream` / :func:`iter_frame_batches`: a streamed body split into SSE events
+  without decoding them (the connection itself is :mod:`backends.upstream`);
 * :func:`error_for_status` / :func:`error_for_transport`: upstream failures onto
   :mod:`gateway.errors`.
 
@@ -21,15 +19,16 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 from pydantic import Field
 
+from backends import h1
 from backends.base import DeploymentSettings, Timeouts
 from gateway.errors import (
     ContextLengthExceededError,
@@ -44,19 +43,14 @@ from gateway.errors import (
 )
 
 USER_AGENT = "switchyard/0.1"
+# what upstreams say when a prompt does not fit: OpenAI/vLLM ("maximum context length"),
+# Anthropic ("prompt is too long"), llama-server ("exceeds the available context size")
+_CONTEXT_LENGTH = re.compile(
+    r"maximum context length|prompt is too long|exceeds the available context size"
+    r"|context_length_exceeded",
+    re.IGNORECASE,
+)
 _BODY_LIMIT = 4096
-
-
-def request_timeout(timeouts: Timeouts) -> httpx.Timeout:
-    """httpx timeouts for a whole (non-streamed) answer: reads bounded by ``total_s``."""
-    return httpx.Timeout(timeouts.total_s, connect=timeouts.connect_s, pool=timeouts.connect_s)
-
-
-def stream_timeout(timeouts: Timeouts) -> httpx.Timeout:
-    """httpx timeouts for a stream: no single read waits longer than ``first_token_s``."""
-    return httpx.Timeout(
-        first_byte_limit(timeouts), connect=timeouts.connect_s, pool=timeouts.connect_s
-    )
 
 
 def first_byte_limit(timeouts: Timeouts) -> float | None:
@@ -83,27 +77,6 @@ def read_api_key(env_name: str | None) -> str | None:
     if not key:
         raise RuntimeError(f"environment variable {env_name} (api_key_env) is not set")
     return key
-
-
-def make_client(
-    settings: HTTPDeploymentSettings,
-    headers: Mapping[str, str],
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> httpx.AsyncClient:
-    """One pooled client for one deployment: HTTP/1.1 keep-alive, sized for many streams."""
-    limits = httpx.Limits(
-        max_connections=settings.max_connections,
-        max_keepalive_connections=settings.max_connections,
-        keepalive_expiry=30.0,
-    )
-    return httpx.AsyncClient(
-        base_url=settings.base_url,
-        headers={"user-agent": USER_AGENT, **headers, **settings.headers},
-        timeout=request_timeout(settings.timeouts),
-        limits=limits,
-        transport=transport,
-        follow_redirects=False,
-    )
 
 
 # --- errors ---------------------------------------------------------------------------
@@ -181,7 +154,7 @@ def _client_error(status: int, message: str, code: str | None) -> GatewayError:
         return cls404(message, code=code)
     if status == 413:
         return InvalidRequestError(message, code=code or "request_too_large")
-    if code == "context_length_exceeded":
+    if code == "context_length_exceeded" or _CONTEXT_LENGTH.search(message):
         return ContextLengthExceededError(message)
     return InvalidRequestError(message, code=code)
 
@@ -237,13 +210,13 @@ def error_for_status(
 
 
 def error_for_transport(deployment: str, exc: Exception) -> GatewayError:
-    """Map an httpx or deadline exception (no HTTP status) onto the error tree."""
+    """Map a transport (httpx, :mod:`backends.h1`) or deadline failure onto the error tree."""
     out: GatewayError
-    if isinstance(exc, httpx.PoolTimeout):
+    if isinstance(exc, httpx.PoolTimeout | h1.PoolTimeout):
         out = ServiceUnavailableError(f"no free connection to upstream {deployment}")
     elif isinstance(exc, httpx.TimeoutException | TimeoutError):
         out = UpstreamTimeoutError(f"upstream {deployment} timed out ({type(exc).__name__})")
-    elif isinstance(exc, httpx.ConnectError):
+    elif isinstance(exc, httpx.ConnectError | h1.ConnectError):
         out = ServiceUnavailableError(f"cannot connect to upstream {deployment}: {exc}")
     else:
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -262,56 +235,21 @@ def protocol_error(deployment: str, what: str) -> GatewayError:
     return annotate(UpstreamError(f"upstream {deployment}: {what}"), counts_as_failure=True)
 
 
-def response_error(deployment: str, response: httpx.Response) -> GatewayError:
-    """:func:`error_for_status` for a response whose body has been read."""
-    return error_for_status(deployment, response.status_code, response.text, response.headers)
-
-
 # --- streams --------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def _open_stream(
-    client: httpx.AsyncClient, request: httpx.Request, deployment: str, first_byte_s: float | None
-) -> AsyncIterator[tuple[httpx.Response, bytes, AsyncIterator[bytes]]]:
-    """Send ``request`` and wait at most ``first_byte_s`` for the first body byte.
-
-    Yields ``(response, first_chunk, more_chunks)``; an error response is read in full and
-    raised. Leaving the block (normally, by error, by cancellation or ``aclose``) closes
-    the response at once, which closes the connection if the body was not fully read.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = None if first_byte_s is None else loop.time() + first_byte_s
-    try:
-        async with asyncio.timeout_at(deadline):
-            response = await client.send(request, stream=True)
-    except TimeoutError:
-        raise timeout_error(deployment, f"no response within {first_byte_s}s") from None
-    try:
-        try:
-            async with asyncio.timeout_at(deadline):
-                if response.is_error:
-                    await response.aread()
-                    raise response_error(deployment, response)
-                chunks = response.aiter_bytes()
-                first = await anext(chunks, b"")
-        except TimeoutError:
-            raise timeout_error(deployment, f"no first byte within {first_byte_s}s") from None
-        yield response, first, chunks
-    finally:
-        await response.aclose()
-
-
 class FrameStream:
-    """The SSE frames of one streamed response (see :func:`open_sse`)."""
+    """The SSE frames of one streamed response, in batches: the frames that one read of
+    the socket completed (see :func:`iter_frame_batches`), so that frames which arrived
+    together can be written on together."""
 
     def __init__(
         self, first: bytes, chunks: AsyncIterator[bytes], deployment: str, deadline: float | None
     ) -> None:
         self._chunks = chunks
-        self._frames = iter_frames(first, chunks, deployment, deadline)
+        self._frames = iter_frame_batches(first, chunks, deployment, deadline)
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[list[bytes]]:
         return self._frames
 
     async def finish(self) -> None:
@@ -320,51 +258,20 @@ class FrameStream:
         await drain(self._chunks)
 
 
-@asynccontextmanager
-async def open_sse(
-    client: httpx.AsyncClient, request: httpx.Request, deployment: str, timeouts: Timeouts
-) -> AsyncIterator[FrameStream]:
-    """Send a streaming ``request`` and iterate its SSE frames under ``timeouts``.
-
-    The first body byte must arrive within ``first_token_s``; every later read within the
-    client's read timeout; the whole stream within ``total_s``. Leaving the block closes
-    the response (and, unless :meth:`FrameStream.finish` drained it, its connection).
-    """
-    total_s = timeouts.total_s
-    deadline = None if total_s is None else asyncio.get_running_loop().time() + total_s
-    first_byte_s = first_byte_limit(timeouts)
-    async with _open_stream(client, request, deployment, first_byte_s) as (_, first, chunks):
-        yield FrameStream(first, chunks, deployment, deadline)
-
-
 @contextlib.contextmanager
 def map_transport_errors(deployment: str) -> Iterator[None]:
     """httpx failures and stray deadlines onto gateway.errors (see error_for_transport)."""
     try:
         yield
-    except (httpx.HTTPError, TimeoutError) as exc:
+    except (httpx.HTTPError, h1.H1Error, TimeoutError) as exc:
         raise error_for_transport(deployment, exc) from exc
 
 
-async def post_json(
-    client: httpx.AsyncClient, path: str, body: Any, deployment: str, total_s: float | None
-) -> bytes:
-    """POST ``body`` and return the answer's bytes; errors mapped, ``total_s`` enforced."""
-    with map_transport_errors(deployment):
-        try:
-            async with asyncio.timeout(total_s):
-                response = await client.post(path, json=body)
-        except TimeoutError:
-            raise timeout_error(deployment, f"no answer within {total_s}s") from None
-    if response.is_error:
-        raise response_error(deployment, response)
-    return response.content
-
-
-async def iter_frames(
+async def iter_frame_batches(
     first: bytes, chunks: AsyncIterator[bytes], deployment: str, deadline: float | None
-) -> AsyncGenerator[bytes, None]:
-    """Split a byte stream into SSE events: their lines, without the blank line ending each.
+) -> AsyncGenerator[list[bytes], None]:
+    """Split a byte stream into SSE events (their lines, without the blank line ending
+    each), one list per read that completed at least one event.
 
     ``deadline`` is a loop time; it is checked after every read (reads themselves are
     bounded by the client's read timeout), so a stream never runs far past ``total_s``.
@@ -378,9 +285,9 @@ async def iter_frames(
             buffer = buffer.replace(b"\r\n", b"\n")
         if b"\n\n" in buffer:
             *frames, buffer = buffer.split(b"\n\n")
-            for frame in frames:
-                if frame:
-                    yield frame
+            batch = [frame for frame in frames if frame]
+            if batch:
+                yield batch
         if deadline is not None and loop.time() > deadline:
             raise timeout_error(deployment, "stream exceeded its total timeout")
         next_chunk = await anext(chunks, None)
@@ -388,7 +295,7 @@ async def iter_frames(
             break
         chunk = next_chunk
     if buffer.strip():
-        yield buffer.rstrip(b"\n")
+        yield [buffer.rstrip(b"\n")]
 
 
 async def drain(chunks: AsyncIterator[bytes], limit_s: float = 1.0) -> None:
@@ -397,7 +304,7 @@ async def drain(chunks: AsyncIterator[bytes], limit_s: float = 1.0) -> None:
     Failures and a slow tail are ignored: the answer is complete, and the response's
     close then drops the connection instead of pooling it.
     """
-    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+    with contextlib.suppress(httpx.HTTPError, h1.H1Error, TimeoutError):
         async with asyncio.timeout(limit_s):
             async for _ in chunks:
                 pass
@@ -434,6 +341,11 @@ def parse_event(frame: bytes) -> tuple[str | None, str]:
 def estimate_tokens(chars: int) -> int:
     """Tokens for ``chars`` characters when the upstream reports none: about 4 per token."""
     return (chars + 3) // 4
+
+
+def encode_json(body: Any) -> bytes:
+    """A request body as compact UTF-8 JSON."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def load_json(data: bytes | str, deployment: str) -> Any:

@@ -30,17 +30,15 @@ from backends.http import (
     HTTPDeploymentSettings,
     annotate,
     data_frame,
+    encode_json,
     error_for_status,
     estimate_tokens,
     load_json,
-    make_client,
     map_transport_errors,
-    open_sse,
-    post_json,
     protocol_error,
     read_api_key,
-    stream_timeout,
 )
+from backends.upstream import Upstream, make_upstream
 from gateway.errors import GatewayError, UpstreamError
 from gateway.periodic import Periodic
 from gateway.protocol import (
@@ -89,7 +87,7 @@ class OpenAICompatBackend:
     ) -> None:
         self._settings = settings
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._upstream: Upstream | None = None
         self._in_flight = 0
         self._remote: LiveStats | None = None
         self._poller = Periodic(1.0, self._poll_worker)
@@ -117,11 +115,11 @@ class OpenAICompatBackend:
 
     async def start(self) -> None:
         """Read the API key and open the connection pool."""
-        if self._client is not None:
+        if self._upstream is not None:
             return
         key = read_api_key(self._settings.api_key_env)
         auth = {"authorization": f"Bearer {key}"} if key else {}
-        self._client = make_client(self._settings, auth, self._transport)
+        self._upstream = make_upstream(self._settings, auth, self._transport)
         if self._settings.worker_stats:
             await self._poll_worker()
             self._poller.start()
@@ -129,9 +127,9 @@ class OpenAICompatBackend:
     async def aclose(self) -> None:
         """Close the pool; streams still open are cut."""
         await self._poller.stop()
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            await upstream.aclose()
 
     def stats(self) -> LiveStats:
         if self._remote is None:
@@ -141,12 +139,12 @@ class OpenAICompatBackend:
     async def _poll_worker(self) -> None:
         """A worker's sequences, KV cells, queue and rates, summed over its deployments;
         an unreachable worker keeps its last figures (the breaker deals with failures)."""
-        if self._client is None:
+        if self._upstream is None:
             return
         try:
-            response = await self._client.get("worker/stats", timeout=2.0)
-            deployments = response.json()["deployments"].values()
-        except (httpx.HTTPError, ValueError, KeyError, AttributeError):
+            stats = await self._upstream.get_json("worker/stats", 2.0)
+            deployments = stats["deployments"].values()
+        except (GatewayError, KeyError, TypeError, AttributeError):
             return
         self._remote = _sum_stats([LiveStats(**d) for d in deployments])
 
@@ -203,20 +201,21 @@ class OpenAICompatBackend:
         id_prefix: str,
     ) -> AsyncIterator[_C]:
         """The upstream's chunks, parsed; its usage chunk (or an estimate) comes last."""
-        frames = self._data_frames(path, self._to_wire(request, stream=True))
+        batches = self._data_frames(path, self._to_wire(request, stream=True))
         usage: Usage | None = None
         head: _C | None = None
         chars = 0
-        async with aclosing(frames):
-            async for frame in frames:
-                chunk = self._parse(kind, frame[5:])
-                head = head or chunk
-                if chunk.usage is not None:
-                    usage, chunk.usage = chunk.usage, None
-                    if not chunk.choices:
-                        continue
-                chars += chars_of(chunk)
-                yield chunk
+        async with aclosing(batches):
+            async for batch in batches:
+                for frame in batch:
+                    chunk = self._parse(kind, frame[5:])
+                    head = head or chunk
+                    if chunk.usage is not None:
+                        usage, chunk.usage = chunk.usage, None
+                        if not chunk.choices:
+                            continue
+                    chars += chars_of(chunk)
+                    yield chunk
         yield kind(
             id=head.id if head else new_id(id_prefix),
             created=head.created if head else now(),
@@ -256,41 +255,52 @@ class OpenAICompatBackend:
             raise protocol_error(self.name, what) from None
 
     def _map_errors(self) -> AbstractContextManager[None]:
-        """httpx failures (connect, timeout, reset) onto gateway.errors."""
+        """Transport failures (connect, timeout, reset) onto gateway.errors."""
         return map_transport_errors(self.name)
 
-    def _require_client(self) -> httpx.AsyncClient:
-        if self._client is None:
+    def _require_upstream(self) -> Upstream:
+        if self._upstream is None:
             raise RuntimeError(f"backend {self.name} is not started")
-        return self._client
+        return self._upstream
 
     async def _post(self, path: str, body: dict[str, Any]) -> bytes:
-        client = self._require_client()
+        upstream = self._require_upstream()
         self._in_flight += 1
         try:
-            return await post_json(client, path, body, self.name, self._settings.timeouts.total_s)
+            return await upstream.post(path, encode_json(body), self._settings.timeouts.total_s)
         finally:
             self._in_flight -= 1
 
-    async def _data_frames(self, path: str, body: dict[str, Any]) -> AsyncGenerator[bytes, None]:
-        """Yield each ``data: {...}`` frame (no blank line) up to ``[DONE]``, which must come."""
-        client = self._require_client()
-        timeouts = self._settings.timeouts
-        request = client.build_request("POST", path, json=body, timeout=stream_timeout(timeouts))
+    async def _data_frames(
+        self, path: str, body: dict[str, Any]
+    ) -> AsyncGenerator[list[bytes], None]:
+        """Yield the ``data: {...}`` frames (no blank line) of each read, up to ``[DONE]``,
+        which must come. An error frame raises once the frames before it are yielded."""
+        upstream = self._require_upstream()
         self._in_flight += 1
         try:
             with self._map_errors():
-                async with open_sse(client, request, self.name, timeouts) as frames:
-                    async for raw in frames:
-                        frame = data_frame(raw)
-                        if frame is None:
-                            continue
-                        if frame.endswith(b"[DONE]"):
-                            await frames.finish()
-                            return
-                        if b'"error"' in frame[:32]:
-                            raise self._in_band_error(frame[5:])
-                        yield frame
+                async with upstream.stream(
+                    path, encode_json(body), self._settings.timeouts
+                ) as frames:
+                    async for raw_batch in frames:
+                        batch: list[bytes] = []
+                        for raw in raw_batch:
+                            frame = data_frame(raw)
+                            if frame is None:
+                                continue
+                            if frame.endswith(b"[DONE]"):
+                                if batch:
+                                    yield batch
+                                await frames.finish()
+                                return
+                            if b'"error"' in frame[:32]:
+                                if batch:
+                                    yield batch
+                                raise self._in_band_error(frame[5:])
+                            batch.append(frame)
+                        if batch:
+                            yield batch
             raise protocol_error(self.name, "stream ended before [DONE]")
         finally:
             self._in_flight -= 1
@@ -332,7 +342,8 @@ def _sum_stats(parts: list[LiveStats]) -> LiveStats:
 class RawChatStream:
     """Upstream chat frames as bytes (``data: {...}\\n\\n``), with cheap peeking only.
 
-    Yields every chunk frame except the usage-only one and ``[DONE]``; the caller writes
+    Yields every chunk frame except the usage-only one and ``[DONE]``, the frames of one
+    upstream read together (nothing waits for more to arrive); the caller writes
     those: after the stream ends, :attr:`usage` and :attr:`usage_frame` are set (the
     upstream's own usage chunk, or one built here), then ``data: [DONE]``. Errors sent
     in-band and streams cut before ``[DONE]`` raise as in :meth:`OpenAICompatBackend.chat_stream`.
@@ -344,7 +355,11 @@ class RawChatStream:
     """
 
     def __init__(
-        self, frames: AsyncGenerator[bytes, None], deployment: str, prompt_tokens: int, model: str
+        self,
+        frames: AsyncGenerator[list[bytes], None],
+        deployment: str,
+        prompt_tokens: int,
+        model: str,
     ) -> None:
         self._frames = frames
         self._deployment = deployment
@@ -359,18 +374,19 @@ class RawChatStream:
         return self
 
     async def __anext__(self) -> bytes:
+        """The frames of the next upstream read, written as one piece."""
         while True:
             try:
-                frame = await self._frames.__anext__()
+                batch = await self._frames.__anext__()
             except StopAsyncIteration:
                 self._finish()
                 raise
             if self._first is None:
-                self._first = frame
-            if b'"usage"' in frame and self._take_usage(frame):
-                continue
-            self._count += 1
-            return frame + b"\n\n"
+                self._first = batch[0]
+            out = [f for f in batch if b'"usage"' not in f or not self._take_usage(f)]
+            if out:
+                self._count += len(out)
+                return b"\n\n".join(out) + b"\n\n"
 
     async def aclose(self) -> None:
         """Stop reading and close the upstream response at once."""

@@ -251,10 +251,11 @@ async def _sse(
             await on_end(stream.usage)
     if failure is not None:
         facts.update(stream_error=failure.message)
-        yield error_frame(failure)
+        yield error_frame(failure) + DONE
     elif include_usage and stream.usage_frame is not None:
-        yield stream.usage_frame
-    yield DONE
+        yield stream.usage_frame + DONE
+    else:
+        yield DONE
 
 
 async def _replay(chunks: list[Any], include_usage: bool) -> AsyncIterator[bytes]:

@@ -136,18 +136,31 @@ async def test_stream_counts_usage_when_upstream_omits_it(backend: OpenAICompatB
     assert last.id == "chatcmpl-fault"
 
 
+def split_frames(pieces: list[bytes]) -> list[bytes]:
+    assert all(p.endswith(b"\n\n") for p in pieces)
+    return [f + b"\n\n" for f in b"".join(pieces).split(b"\n\n") if f]
+
+
 async def test_raw_stream_passes_frames_and_holds_usage(backend: OpenAICompatBackend) -> None:
     stream = backend.chat_stream_raw(chat(stream=True))
-    frames = [f async for f in stream]
+    frames = split_frames([f async for f in stream])
     assert len(frames) == CHUNKS
-    assert all(f.startswith(b"data: {") and f.endswith(b"\n\n") for f in frames)
+    assert all(f.startswith(b"data: {") for f in frames)
     assert stream.usage is not None and stream.usage.completion_tokens == CHUNKS
     assert stream.usage_frame is not None and b'"choices": []' in stream.usage_frame
 
 
+async def test_raw_stream_writes_each_frame_as_soon_as_it_arrives(
+    backend: OpenAICompatBackend,
+) -> None:
+    stream = backend.chat_stream_raw(chat(stream=True, x_fault="slow:20"))
+    pieces = [f async for f in stream]
+    assert len(pieces) == CHUNKS  # 20 ms apart upstream: none waits for the next
+
+
 async def test_raw_stream_counts_frames_without_usage(backend: OpenAICompatBackend) -> None:
     stream = backend.chat_stream_raw(chat(stream=True, x_fault="nousage"))
-    frames = [f async for f in stream]
+    frames = split_frames([f async for f in stream])
     assert len(frames) == CHUNKS
     assert stream.usage is not None and stream.usage.completion_tokens == CHUNKS
     assert stream.usage_frame is not None
