@@ -156,6 +156,9 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         return data
 
+    def has_buffered(self) -> bool:
+        return bool(self._body)
+
     def reusable(self) -> bool:
         return (
             self.complete
@@ -225,6 +228,11 @@ class H1Response:
     @property
     def is_error(self) -> bool:
         return self.status >= 400
+
+    def body_read(self) -> bool:
+        """Whether the whole body has arrived and been handed out."""
+        conn = self._conn
+        return conn is None or (conn.complete and not conn.has_buffered())
 
     async def read(self) -> bytes:
         """The whole body; the connection goes back to the pool."""

@@ -21,7 +21,7 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -244,18 +244,28 @@ class FrameStream:
     together can be written on together."""
 
     def __init__(
-        self, first: bytes, chunks: AsyncIterator[bytes], deployment: str, deadline: float | None
+        self,
+        first: bytes,
+        chunks: AsyncIterator[bytes],
+        deployment: str,
+        deadline: float | None,
+        body_read: Callable[[], bool] | None = None,
     ) -> None:
         self._chunks = chunks
         self._frames = iter_frame_batches(first, chunks, deployment, deadline)
+        self._body_read = body_read
 
     def __aiter__(self) -> AsyncIterator[list[bytes]]:
         return self._frames
 
     async def finish(self) -> None:
-        """The end marker was seen: read the rest so the connection goes back to the pool."""
+        """The end marker was seen: read the rest so the connection goes back to the pool
+        (nothing to read when ``body_read`` says the body has all arrived)."""
         await self._frames.aclose()
-        await drain(self._chunks)
+        if self._body_read is None or not self._body_read():
+            await drain(self._chunks)
+        elif isinstance(self._chunks, AsyncGenerator):
+            await self._chunks.aclose()
 
 
 @contextlib.contextmanager

@@ -420,14 +420,15 @@ class RawChatStream:
             self.usage = Usage.of(self._prompt_tokens, self._count)
         if self.usage_frame is None:
             head = load_json(self._first[5:], self._deployment) if self._first else {}
-            chunk = ChatCompletionChunk(
-                id=head.get("id") or new_id("chatcmpl"),
-                created=head.get("created") or now(),
-                model=head.get("model") or self._model,
-                choices=[],
-                usage=self.usage,
-            )
-            self.usage_frame = b"data: " + chunk.model_dump_json().encode() + b"\n\n"
+            chunk: dict[str, Any] = {
+                "id": head.get("id") or new_id("chatcmpl"),
+                "choices": [],
+                "created": head.get("created") or now(),
+                "model": head.get("model") or self._model,
+                "object": "chat.completion.chunk",
+                "usage": self.usage.model_dump(),
+            }
+            self.usage_frame = b"data: " + encode_json(chunk) + b"\n\n"
 
 
 def _prompt_chars(request: ChatCompletionRequest | CompletionRequest) -> int:

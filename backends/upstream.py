@@ -133,7 +133,7 @@ class H1Upstream:
                 first = await anext(chunks, b"")
             except h1.ReadTimeout:
                 raise timeout_error(self._name, f"no first byte within {first_byte_s}s") from None
-            yield FrameStream(first, chunks, self._name, deadline)
+            yield FrameStream(first, chunks, self._name, deadline, response.body_read)
         finally:
             await response.aclose()
 

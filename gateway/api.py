@@ -7,6 +7,7 @@ from typing import Any
 
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
+from litestar.types import ASGIApp
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from backends.base import Backend, EmbeddingsBackend
@@ -39,17 +40,17 @@ def _gateway(request: Request[Any, Any, Any]) -> Gateway:
 
 
 @post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
+async def chat_completions(request: Request[Any, Any, Any]) -> ASGIApp:
     return await handle(request, CHAT)
 
 
 @post("/v1/completions", status_code=200)
-async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
+async def completions(request: Request[Any, Any, Any]) -> ASGIApp:
     return await handle(request, COMPLETION)
 
 
 @post("/v1/embeddings", status_code=200)
-async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
+async def embeddings(request: Request[Any, Any, Any]) -> ASGIApp:
     body = parse_body(EmbeddingRequest, await request.body())
     facts = request_facts(request)
     facts.update(model=body.model)
@@ -72,14 +73,12 @@ async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
 
 
 @get("/v1/models")
-async def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def list_models(request: Request[Any, Any, Any]) -> ASGIApp:
     return json_response(_gateway(request).model_list(), {})
 
 
 @get("/v1/models/{model_id:path}")
-async def retrieve_model(
-    request: Request[Any, Any, Any], model_id: FromPath[str]
-) -> Response[bytes]:
+async def retrieve_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> ASGIApp:
     model_id = model_id.lstrip("/")
     for model in _gateway(request).model_list().data:
         if model.id == model_id:

@@ -44,7 +44,7 @@ from gateway.protocol import ModelList
 from gateway.protocol.common import Model
 from gateway.reliability import CircuitBreaker, backoff_delay
 from gateway.residency import Residency
-from gateway.routing import describe_deployment
+from gateway.routing import DeploymentDescriber
 from policies import Candidate as PolicyCandidate
 from policies import FitClass, Hedge, RequestFacts
 
@@ -105,6 +105,7 @@ class Gateway:
         self.ready = False
         self.draining = False
         self.tracer: trace.Tracer = trace.NoOpTracer()
+        self._describe = DeploymentDescriber()
         self._retiring: set[asyncio.Task[None]] = set()
         self.on_reload: list[Callable[[GatewayConfig], None]] = []
         self.breakers = {name: _breaker(config) for name in backends}
@@ -213,7 +214,7 @@ class Gateway:
     def policy_candidates(self, model: str) -> list[PolicyCandidate]:
         """``model``'s deployments as routing sees them now: config, health, live figures."""
         return [
-            describe_deployment(
+            self._describe(
                 self.config.deployment(name),
                 self.backends[name],
                 self.breakers[name],
@@ -359,7 +360,9 @@ class Gateway:
         raise last
 
     def _client_span(self, operation: str, candidate: Candidate, retry: int) -> Any:
-        """One span per upstream attempt, in GenAI terms."""
+        """One span per upstream attempt, in GenAI terms (nothing when traces are off)."""
+        if isinstance(self.tracer, trace.NoOpTracer):
+            return contextlib.nullcontext()
         deployment = candidate.settings
         span = self.tracer.start_as_current_span(
             f"{operation} {deployment.model}", kind=trace.SpanKind.CLIENT

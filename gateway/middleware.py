@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 import structlog
@@ -24,7 +25,7 @@ def request_id_of(scope: Scope) -> str:
     state = scope.setdefault("state", {})
     request_id: str | None = state.get("request_id")
     if request_id is None:
-        request_id = _incoming_id(scope) or f"req_{uuid.uuid4().hex}"
+        request_id = _incoming_id(scope) or f"req_{os.urandom(16).hex()}"
         state["request_id"] = request_id
     return request_id
 
@@ -67,17 +68,21 @@ class RequestContextMiddleware:
         if operation is None:  # health, metrics, models: no span, no access line
             await self.app(scope, receive, send_recording_status)
             return
-        tracer = self.telemetry.tracer
-        with (
-            tracer.start_as_current_span(operation, kind=trace.SpanKind.SERVER) as span,
-            structlog.contextvars.bound_contextvars(**_ids(request_id, span)),
-        ):
+        telemetry = self.telemetry
+        span_cm = (
+            telemetry.tracer.start_as_current_span(operation, kind=trace.SpanKind.SERVER)
+            if telemetry.tracing
+            else contextlib.nullcontext(trace.INVALID_SPAN)
+        )
+        with span_cm as span:
+            bound = structlog.contextvars.bind_contextvars(**_ids(request_id, span))
             try:
                 await self.app(scope, receive, send_recording_status)
             finally:
                 duration = time.perf_counter() - started
-                self.telemetry.record(facts, status, duration)
-                _annotate(span, operation, facts, status, request_id)
+                telemetry.record(facts, status, duration)
+                if telemetry.tracing:
+                    _annotate(span, operation, facts, status, request_id)
                 log.info(
                     "request",
                     method=scope["method"],
@@ -86,6 +91,7 @@ class RequestContextMiddleware:
                     duration_ms=round(duration * 1000, 2),
                     **facts,
                 )
+                structlog.contextvars.reset_contextvars(**bound)
 
 
 def _ids(request_id: str, span: trace.Span) -> dict[str, str]:

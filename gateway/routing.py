@@ -29,6 +29,43 @@ def describe_deployment(
     fit: FitClass | None,
 ) -> PolicyCandidate:
     """One deployment as a policy candidate: configuration, health and live figures."""
+    facts = _facts(settings, backend, breaker, fit)
+    return PolicyCandidate(facts, tracker.figures(backend.stats()))
+
+
+class DeploymentDescriber:
+    """:func:`describe_deployment` for the request path: a deployment's facts are rebuilt
+    only when its configuration, capabilities, memory fit or breaker state changed."""
+
+    def __init__(self) -> None:
+        self._memo: dict[str, tuple[tuple[object, ...], CandidateFacts]] = {}
+
+    def __call__(
+        self,
+        settings: DeploymentConfig,
+        backend: Backend,
+        breaker: CircuitBreaker,
+        tracker: DeploymentTracker,
+        fit: FitClass | None,
+    ) -> PolicyCandidate:
+        key = (
+            id(settings),
+            backend.capabilities,
+            fit,
+            breaker.state,
+            breaker.open_until,
+            breaker.last_failure_at,
+        )
+        memo = self._memo.get(settings.name)
+        if memo is None or memo[0] != key:
+            memo = key, _facts(settings, backend, breaker, fit)
+            self._memo[settings.name] = memo
+        return PolicyCandidate(memo[1], tracker.figures(backend.stats()))
+
+
+def _facts(
+    settings: DeploymentConfig, backend: Backend, breaker: CircuitBreaker, fit: FitClass | None
+) -> CandidateFacts:
     caps = backend.capabilities
     price = settings.price
     pricing = Pricing(
@@ -37,7 +74,7 @@ def describe_deployment(
         usd_per_hour=price.usd_per_hour if price else None,
     )
     open_ = breaker.state == "open"
-    facts = CandidateFacts(
+    return CandidateFacts(
         name=settings.name,
         backend=settings.backend,
         capabilities=Capabilities(
@@ -53,7 +90,6 @@ def describe_deployment(
         last_failure_at=breaker.last_failure_at,
         weight=settings.weight,
     )
-    return PolicyCandidate(facts, tracker.figures(backend.stats()))
 
 
 def describe_request(

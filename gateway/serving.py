@@ -14,8 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 import structlog
-from litestar import Request, Response
-from litestar.response import Stream
+from litestar import Request
+from litestar.types import ASGIApp
 from pydantic import BaseModel, ValidationError
 
 from backends.base import Backend
@@ -33,6 +33,7 @@ from gateway.protocol import (
     CompletionRequest,
     Usage,
 )
+from gateway.responses import EventStream, JSONBody
 from gateway.routing import describe_request
 from gateway.sse import DONE, error_frame, frame
 
@@ -41,7 +42,6 @@ Whole = TypeVar("Whole", ChatCompletion, Completion)
 Chunk = TypeVar("Chunk", ChatCompletionChunk, Completion)
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger("switchyard.api")
-JSON = "application/json"
 
 
 @dataclass(frozen=True)
@@ -126,13 +126,11 @@ def serving_gateway(request: Request[Any, Any, Any]) -> Gateway:
     return gateway
 
 
-def json_response(model: BaseModel, headers: dict[str, str]) -> Response[bytes]:
-    return Response(model.model_dump_json().encode(), media_type=JSON, headers=headers)
+def json_response(model: BaseModel, headers: dict[str, str]) -> JSONBody:
+    return JSONBody(model.model_dump_json().encode(), headers)
 
 
-async def handle(
-    request: Request[Any, Any, Any], endpoint: Endpoint[Req, Whole, Chunk]
-) -> Response[Any]:
+async def handle(request: Request[Any, Any, Any], endpoint: Endpoint[Req, Whole, Chunk]) -> ASGIApp:
     """Serve one generation request end to end."""
     body = parse_body(endpoint.request_type, await request.body())
     facts = request_facts(request)
@@ -162,7 +160,7 @@ async def _serve(
     body: Req,
     facts: dict[str, Any],
     request_id: str,
-) -> Response[Any]:
+) -> ASGIApp:
     admission, cache = services.admission, services.cache
     cache_key = cache.key(body)
     if cache_key is not None:
@@ -173,7 +171,7 @@ async def _serve(
             headers = {"x-switchyard-cache": "hit", **admission.headers(ticket)}
             if body.stream:
                 frames = _replay(endpoint.replay(hit), body.include_usage())
-                return Stream(frames, media_type="text/event-stream", headers=headers)
+                return EventStream(frames, headers)
             return json_response(hit, headers)
 
     async def admit(candidate: Candidate) -> None:
@@ -197,7 +195,7 @@ async def _serve(
 
         frames = _sse(opened, body.include_usage(), facts, settle)
         headers = {**_route_headers(opened.candidate, opened.reason), **admission.headers(ticket)}
-        return Stream(frames, media_type="text/event-stream", headers=headers)
+        return EventStream(frames, headers)
 
     routed = await gateway.call(
         body.model, lambda b: endpoint.whole(b, body), endpoint.operation, admit, routing_facts

@@ -95,6 +95,7 @@ class Telemetry:
         )
         self.tracer_provider, exporting = _tracer_provider(span_exporter)
         # with nowhere to export, recording spans is pure cost on the request path
+        self.tracing = exporting
         self.tracer: Tracer = (
             self.tracer_provider.get_tracer("switchyard") if exporting else NoOpTracer()
         )
