@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from litestar import Request, Response, get, post
+from litestar import Request, Response, asgi, get, post
 from litestar.params import FromPath
-from litestar.types import ASGIApp
+from litestar.types import ASGIApp, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from backends.base import Backend, EmbeddingsBackend
@@ -39,14 +39,14 @@ def _gateway(request: Request[Any, Any, Any]) -> Gateway:
     return gateway
 
 
-@post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request[Any, Any, Any]) -> ASGIApp:
-    return await handle(request, CHAT)
+@asgi("/v1/chat/completions", copy_scope=False)
+async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
+    await handle(scope, receive, send, CHAT)
 
 
-@post("/v1/completions", status_code=200)
-async def completions(request: Request[Any, Any, Any]) -> ASGIApp:
-    return await handle(request, COMPLETION)
+@asgi("/v1/completions", copy_scope=False)
+async def completions(scope: Scope, receive: Receive, send: Send) -> None:
+    await handle(scope, receive, send, COMPLETION)
 
 
 @post("/v1/embeddings", status_code=200)

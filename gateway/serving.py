@@ -15,7 +15,9 @@ from typing import Any, Generic, TypeVar
 import anyio
 import structlog
 from litestar import Request
-from litestar.types import ASGIApp
+from litestar.exceptions import ClientException, MethodNotAllowedException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.types import ASGIApp, Receive, Scope, Send
 from pydantic import BaseModel, ValidationError
 
 from backends.base import Backend
@@ -42,6 +44,7 @@ Whole = TypeVar("Whole", ChatCompletion, Completion)
 Chunk = TypeVar("Chunk", ChatCompletionChunk, Completion)
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger("switchyard.api")
+MAX_BODY_BYTES = 10_000_000  # as the framework's default for its own handlers
 
 
 @dataclass(frozen=True)
@@ -110,13 +113,20 @@ def parse_body(model: type[M], body: bytes) -> M:
 
 def request_facts(request: Request[Any, Any, Any]) -> dict[str, Any]:
     """The log/metrics facts of this request (written out by the middleware)."""
-    facts: dict[str, Any] = request.scope.setdefault("state", {}).setdefault("log", {})
+    return _facts_of(request.scope)
+
+
+def _facts_of(scope: Scope) -> dict[str, Any]:
+    facts: dict[str, Any] = scope.setdefault("state", {}).setdefault("log", {})
     return facts
 
 
 def serving_gateway(request: Request[Any, Any, Any]) -> Gateway:
     """The gateway, if it takes new work: while draining, new requests go elsewhere."""
-    gateway: Gateway = request.app.state.gateway
+    return _taking_work(request.app.state.gateway)
+
+
+def _taking_work(gateway: Gateway) -> Gateway:
     if gateway.draining:
         raise ServiceUnavailableError(
             "This gateway is shutting down; retry on another replica.",
@@ -130,26 +140,64 @@ def json_response(model: BaseModel, headers: dict[str, str]) -> JSONBody:
     return JSONBody(model.model_dump_json().encode(), headers)
 
 
-async def handle(request: Request[Any, Any, Any], endpoint: Endpoint[Req, Whole, Chunk]) -> ASGIApp:
-    """Serve one generation request end to end."""
-    body = parse_body(endpoint.request_type, await request.body())
-    facts = request_facts(request)
+async def handle(
+    scope: Scope, receive: Receive, send: Send, endpoint: Endpoint[Req, Whole, Chunk]
+) -> None:
+    """Serve one generation request end to end.
+
+    The generation endpoints are bare ASGI handlers: the request is read and answered
+    here, without the framework's per-request signature parsing and response objects
+    (errors still raise into the app's exception handlers)."""
+    if scope.get("method") != "POST":
+        raise MethodNotAllowedException(headers={"allow": "POST"})
+    body = parse_body(endpoint.request_type, await read_body(scope, receive))
+    facts = _facts_of(scope)
     facts.update(model=body.model, stream=bool(body.stream))
-    gateway = serving_gateway(request)
-    services: Services = request.app.state.services
+    state = scope["app"].state
+    gateway = _taking_work(state.gateway)
+    services: Services = state.services
     admission = services.admission
-    ticket = await admission.admit(endpoint.facts(body, request.headers.get("authorization")))
+    ticket = await admission.admit(endpoint.facts(body, _header(scope, b"authorization")))
     if ticket.key.id:
         facts["key_id"] = ticket.key.id
-    request_id: str = request.scope["state"].get("request_id", "")
+    request_id: str = scope["state"].get("request_id", "")
     try:
-        return await _serve(gateway, services, ticket, endpoint, body, facts, request_id)
+        response = await _serve(gateway, services, ticket, endpoint, body, facts, request_id)
     except BaseException:
         if ticket.deployment is None:
             await admission.release(ticket)
         else:
             await admission.settle(ticket, None)
         raise
+    await response(scope, receive, send)
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body; 413 past ``limit`` bytes (announced or received)."""
+    announced = _header(scope, b"content-length")
+    if announced is not None and announced.isdigit() and int(announced) > limit:
+        raise RequestEntityTooLarge
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientException("The client went away before sending the whole body.")
+        chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise RequestEntityTooLarge
+            parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 async def _serve(

@@ -254,6 +254,27 @@ def test_malformed_json_is_400_in_openai_shape(server: Server) -> None:
     assert response.headers["x-request-id"]
 
 
+def test_wrong_method_is_405_in_openai_shape(server: Server) -> None:
+    response = httpx.get(f"{server.api}/chat/completions")
+    assert response.status_code == 405
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+    assert response.headers["allow"] == "POST"
+
+
+def test_oversized_body_is_413_in_openai_shape(server: Server) -> None:
+    text = "x" * 11_000_000
+    body = b'{"model": "tiny", "messages": [{"role": "user", "content": "%s"}]}' % text.encode()
+    response = httpx.post(
+        f"{server.api}/chat/completions",
+        content=body,
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
+    assert response.status_code == 413
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+    assert response.headers["x-request-id"]
+
+
 def test_unknown_route_is_404_in_openai_shape(server: Server) -> None:
     response = httpx.get(f"{server.api}/nothing-here")
     assert response.status_code == 404
