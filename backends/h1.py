@@ -236,7 +236,16 @@ class H1Response:
 
     async def read(self) -> bytes:
         """The whole body; the connection goes back to the pool."""
-        parts = [chunk async for chunk in self.iter_chunks()]
+        conn = self._conn
+        parts: list[bytes] = []
+        try:
+            while conn is not None:
+                chunk = await conn.next_chunk(self._read_timeout)
+                if chunk is None:
+                    break
+                parts.append(chunk)
+        finally:
+            await self.aclose()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from backends.registry import BACKEND_KINDS, DeploymentConfig
 from gateway.cache import CacheRule
@@ -40,7 +41,6 @@ class GatewayConfig(BaseModel):
     models: dict[str, ModelRoute] = Field(min_length=1)
     reliability: ReliabilitySettings = ReliabilitySettings()
     local_models: LocalModelsSettings = LocalModelsSettings()
-    _by_name: dict[str, DeploymentConfig] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> GatewayConfig:
@@ -55,8 +55,9 @@ class GatewayConfig(BaseModel):
                 raise ValueError(f"model {model!r} names unknown deployments: {', '.join(missing)}")
         return self
 
-    def model_post_init(self, context: object, /) -> None:
-        self._by_name = {d.name: d for d in self.deployments}
+    @functools.cached_property
+    def _by_name(self) -> dict[str, DeploymentConfig]:
+        return {d.name: d for d in self.deployments}
 
     def deployment(self, name: str) -> DeploymentConfig:
         return self._by_name[name]

@@ -96,6 +96,7 @@ class Telemetry:
         self.tracer_provider, exporting = _tracer_provider(span_exporter)
         # with nowhere to export, recording spans is pure cost on the request path
         self.tracing = exporting
+        self._series: dict[tuple[str, str], _Series] = {}
         self.tracer: Tracer = (
             self.tracer_provider.get_tracer("switchyard") if exporting else NoOpTracer()
         )
@@ -115,22 +116,23 @@ class Telemetry:
         self.requests.labels(model, deployment, str(status)).inc()
         if "deployment" not in facts:
             return
-        self.duration.labels(model, deployment).observe(duration_s)
+        series = self._series.get((model, deployment))
+        if series is None:
+            series = self._series[model, deployment] = _Series(self, model, deployment)
+        series.duration.observe(duration_s)
         prompt, completion = facts.get("prompt_tokens"), facts.get("completion_tokens")
         if prompt is not None:
-            self.tokens.labels(model, deployment, "input").observe(prompt)
+            series.input_tokens.observe(prompt)
         if completion is not None:
-            self.tokens.labels(model, deployment, "output").observe(completion)
+            series.output_tokens.observe(completion)
         if facts.get("cost_usd"):
-            self.cost.labels(model, deployment).inc(facts["cost_usd"])
+            series.cost.inc(facts["cost_usd"])
         ttft_ms = facts.get("ttft_ms")
         if ttft_ms is not None:
             ttft_s = ttft_ms / 1000
-            self.ttft.labels(model, deployment).observe(ttft_s)
+            series.ttft.observe(ttft_s)
             if completion and completion > 1:
-                self.tpot.labels(model, deployment).observe(
-                    max(0.0, duration_s - ttft_s) / (completion - 1)
-                )
+                series.tpot.observe(max(0.0, duration_s - ttft_s) / (completion - 1))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -207,3 +209,15 @@ def _exporter_from_env() -> SpanExporter | None:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter()  # reads the OTEL_EXPORTER_OTLP_* variables itself
+
+
+class _Series:
+    """The per-(model, deployment) children of the request metrics, looked up once."""
+
+    def __init__(self, telemetry: Telemetry, model: str, deployment: str) -> None:
+        self.duration = telemetry.duration.labels(model, deployment)
+        self.input_tokens = telemetry.tokens.labels(model, deployment, "input")
+        self.output_tokens = telemetry.tokens.labels(model, deployment, "output")
+        self.cost = telemetry.cost.labels(model, deployment)
+        self.ttft = telemetry.ttft.labels(model, deployment)
+        self.tpot = telemetry.tpot.labels(model, deployment)
