@@ -2,8 +2,9 @@
 # Gateway overhead against a fake nginx upstream, with the LiteLLM baseline in the same run.
 # Uses the shared harness (HARNESS, default ../shared/bench-overhead next to this clone).
 #   bench/overhead/run.sh              # Switchyard only (plus the direct baseline)
-#   WITH_LITELLM=1 bench/overhead/run.sh
-# Needs: nginx-light, wrk (apt), and the harness client venv (see the harness README).
+#   WITH_LITELLM=1 WITH_PORTKEY=1 bench/overhead/run.sh   # the baselines in the same sitting
+# Needs: nginx-light, wrk (apt), the harness client venv, and for the baselines the harness's
+# gateways/litellm/setup.sh and gateways/portkey/setup.sh (see the harness README).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 HARNESS=${HARNESS:-$root/../shared/bench-overhead}
@@ -18,6 +19,9 @@ LABEL=switchyard BASE_URL=http://127.0.0.1:8080 MODEL=fake STREAM_MODEL=fake-str
   ./bench_gateway.sh
 if [ "${WITH_LITELLM:-0}" = 1 ]; then
   SKIP_DIRECT=1 VENV=${VENV:-$RUN_DIR/litellm-venv} gateways/litellm/run.sh
+fi
+if [ "${WITH_PORTKEY:-0}" = 1 ]; then
+  SKIP_DIRECT=1 gateways/portkey/run.sh
 fi
 "$PY" summarize.py "$OUT_DIR" > "$OUT_DIR/summary.md" 2>/dev/null || true
 cat "$OUT_DIR/summary.md"
