@@ -14,6 +14,7 @@ from backends.anthropic_wire import from_message, to_messages_request
 from backends.base import Backend
 from backends.http import counts_as_failure, upstream_status
 from gateway.errors import (
+    ContextLengthExceededError,
     GatewayError,
     InvalidRequestError,
     RateLimitError,
@@ -440,6 +441,17 @@ async def test_http_errors(
     assert upstream_status(exc) == status
     if status == 400:
         assert exc.message == "invalid_request_error says no"
+
+
+async def test_prompt_too_long_is_context_length_exceeded(monkeypatch: pytest.MonkeyPatch) -> None:
+    message = "prompt is too long: 210000 tokens > 200000 maximum"
+    upstream = Upstream(json_answer(error_body("invalid_request_error", message), 400, {}))
+    backend = await started(upstream, monkeypatch)
+    with pytest.raises(ContextLengthExceededError) as info:
+        await backend.chat(chat())
+    await backend.aclose()
+    assert info.value.status_code == 400 and info.value.code == "context_length_exceeded"
+    assert counts_as_failure(info.value) is False
 
 
 async def test_error_event_mid_stream(monkeypatch: pytest.MonkeyPatch) -> None:
