@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from backends.base import Capabilities, DeploymentSettings, LiveStats
 from backends.llamacpp_batch import BatchSettings
+from backends.llamacpp_embed import EmbeddingModel, Pooling
 from backends.llamacpp_engine import LlamaEngine, LoadedModel
 from backends.llamacpp_sampling import Event, Finished, GenerationJob, Sampling
 from backends.llamacpp_text import CHATML_TEMPLATE, ChatTemplate
@@ -30,6 +31,8 @@ from gateway.protocol import (
     Completion,
     CompletionChoice,
     CompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResponse,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -83,6 +86,11 @@ class LlamaCppSettings(DeploymentSettings):
     max_queue: int = Field(default=64, ge=0, description="requests waiting for a slot")
     default_max_tokens: int = Field(default=512, ge=1)
     chat_template: str | None = None
+    task: Literal["generate", "embed"] = Field(
+        default="generate",
+        description="embed: serve /v1/embeddings from an embedding model (pooled, normalised)",
+    )
+    pooling: Pooling = Field(default="mean", description="how task: embed pools token vectors")
     preload: bool = Field(default=True, description="load at gateway start; false: on first use")
     keep_alive: Seconds | None = Field(
         default=None, description="unload after this long idle (seconds or 30s/5m/1h); none: never"
@@ -147,6 +155,7 @@ class LlamaCppBackend:
         self._settings = settings
         self._engine: LlamaEngine | None = None
         self._template: ChatTemplate | None = None
+        self._embedder: EmbeddingModel | None = None
         self._n_ctx = settings.n_ctx
 
     @property
@@ -155,6 +164,10 @@ class LlamaCppBackend:
 
     @property
     def capabilities(self) -> Capabilities:
+        if self._settings.task == "embed":
+            return Capabilities(
+                chat=False, completions=False, embeddings=True, context_length=self._n_ctx
+            )
         return Capabilities(tools=True, json_schema=True, context_length=self._n_ctx)
 
     @property
@@ -173,6 +186,17 @@ class LlamaCppBackend:
             if settings.gpu_layers == "auto"
             else settings.gpu_layers
         )
+        if settings.task == "embed":
+            embedder = EmbeddingModel(
+                path,
+                n_ctx=settings.n_ctx,
+                threads=settings.threads or os.cpu_count() or 1,
+                gpu_layers=gpu_layers,
+                pooling=settings.pooling,
+            )
+            await embedder.start()
+            self._embedder = embedder
+            return
         engine = LlamaEngine(
             path,
             settings.batch_settings(),
@@ -198,6 +222,24 @@ class LlamaCppBackend:
     async def aclose(self) -> None:
         if self._engine is not None:
             await self._engine.aclose()
+        if self._embedder is not None:
+            await self._embedder.aclose()
+
+    async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse:
+        """``POST /v1/embeddings`` for ``task: embed`` deployments."""
+        if self._embedder is None:
+            raise InvalidRequestError(
+                f"deployment {self.name!r} generates text; embeddings need `task: embed`",
+                param="model",
+            )
+        return await self._embedder.embed(request, request.model)
+
+    def _generating(self) -> None:
+        if self._settings.task == "embed":
+            raise InvalidRequestError(
+                f"deployment {self.name!r} serves embeddings only; use /v1/embeddings",
+                param="model",
+            )
 
     # chat -----------------------------------------------------------------------------
 
@@ -260,6 +302,7 @@ class LlamaCppBackend:
                     yield chunk(ChoiceDelta(content=event))
 
     def _chat_job(self, request: ChatCompletionRequest, tool: str | None) -> GenerationJob:
+        self._generating()
         _reject_unsupported(n=request.n, logprobs=bool(request.logprobs))
         if any(m.has_images() for m in request.messages):
             raise InvalidRequestError(
@@ -314,6 +357,7 @@ class LlamaCppBackend:
                     yield chunk(event)
 
     def _completion_job(self, request: CompletionRequest) -> GenerationJob:
+        self._generating()
         _reject_unsupported(n=request.n, logprobs=request.logprobs is not None)
         if request.best_of not in (None, 1):
             raise InvalidRequestError("best_of > 1 is not supported", param="best_of")

@@ -31,10 +31,10 @@ from typing import Literal, TypeVar
 import structlog
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator
 
-from backends.base import Backend, Capabilities, LiveStats
+from backends.base import Backend, Capabilities, EmbeddingsBackend, LiveStats
 from backends.llamacpp import LlamaCppSettings, resolve_model_path
 from backends.registry import DeploymentConfig, create_backend
-from gateway.errors import ServiceUnavailableError
+from gateway.errors import InvalidRequestError, ServiceUnavailableError
 from gateway.models_store import CannotFitError, LoadedModel, choose_evictions
 from gateway.periodic import Periodic
 from gateway.placement import DeviceSpec, plan_deployments
@@ -44,6 +44,8 @@ from gateway.protocol import (
     ChatCompletionRequest,
     Completion,
     CompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResponse,
 )
 
 T = TypeVar("T")
@@ -248,6 +250,12 @@ class ResidentBackend:
 
     def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
         return self._relay(lambda backend: backend.completion_stream(request))
+
+    async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse:
+        async with self._use() as backend:
+            if not isinstance(backend, EmbeddingsBackend):
+                raise InvalidRequestError(f"deployment {self.name!r} serves no embeddings")
+            return await backend.embeddings(request)
 
     # residency ------------------------------------------------------------------------
 
