@@ -5,16 +5,19 @@ Two implementations of :class:`Upstream`:
 
 * :class:`H1Upstream` (what deployments use): the pooled HTTP/1.1 client of
   :mod:`backends.h1`, about 25 times less CPU per request than httpx;
-* :class:`HttpxUpstream`: httpx, used when a test hands the backend an
-  ``httpx`` transport (``httpx.MockTransport`` stands in for a managed API).
+* :class:`HttpxUpstream`: httpx, used when the environment names a proxy for the
+  upstream (see :func:`proxied`) and when a test hands the backend an ``httpx`` transport
+  (``httpx.MockTransport`` stands in for a managed API).
 """
 
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -61,10 +64,21 @@ def make_upstream(
     headers: Mapping[str, str],
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> Upstream:
-    """The pooled connection for one deployment; httpx only when ``transport`` is given."""
-    if transport is not None:
+    """The pooled connection for one deployment. httpx when ``transport`` is given, or when
+    the environment sends this upstream through a proxy (``HTTP_PROXY``, ``HTTPS_PROXY``,
+    ``ALL_PROXY``; hosts in ``NO_PROXY`` go direct), which the fast client does not speak."""
+    if transport is not None or proxied(settings.base_url):
         return HttpxUpstream(settings, headers, transport)
     return H1Upstream(settings, headers)
+
+
+def proxied(url: str) -> bool:
+    """Whether the proxy environment variables route ``url`` through a proxy."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(parts.hostname or "")
 
 
 class H1Upstream:

@@ -405,3 +405,80 @@ async def test_fixture_fault_queue_and_model_prefix(
             await prefixed.chat(chat())
     finally:
         await prefixed.aclose()
+
+
+class ForwardProxy:
+    """A plain-HTTP forward proxy on loopback: absolute-form requests are sent on to their
+    origin over a fresh connection, the answer piped back; it records what it forwarded."""
+
+    def __init__(self) -> None:
+        self.forwarded: list[str] = []
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        method, target, version = head.split(b"\r\n", 1)[0].split(b" ")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        body = await reader.readexactly(length)
+        url = target.decode()
+        self.forwarded.append(f"{method.decode()} {url}")
+        host_port, _, path = url.removeprefix("http://").partition("/")
+        host, _, port = host_port.partition(":")
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        rest = head.split(b"\r\n", 1)[1].replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n")
+        up_writer.write(b"%s /%s %s\r\n%s%s" % (method, path.encode(), version, rest, body))
+        await up_writer.drain()
+        while data := await up_reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        up_writer.close()
+        writer.close()
+
+
+async def test_proxy_from_the_environment_is_used(
+    upstream: FaultUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = ForwardProxy()
+    proxy_url = await proxy.start()
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", proxy_url)
+    monkeypatch.setenv("HTTP_PROXY", proxy_url)
+    backend = make_backend(upstream.url)
+    await backend.start()
+    try:
+        result = await backend.chat(chat())
+        chunks = [c async for c in backend.chat_stream(chat(stream=True))]
+    finally:
+        await backend.aclose()
+        await proxy.close()
+    assert result.choices[0].message.content == TEXT
+    assert "".join(c.choices[0].delta.content or "" for c in chunks[:-1]) == TEXT
+    assert proxy.forwarded == [f"POST {upstream.url}/chat/completions"] * 2
+
+
+def test_no_proxy_hosts_go_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    from backends.upstream import proxied
+
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert not proxied("https://api.openai.com/v1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert proxied("https://api.openai.com/v1")
+    assert not proxied("http://127.0.0.1:9000/v1")  # another scheme, and exempt anyway
+    monkeypatch.setenv("NO_PROXY", "api.openai.com")
+    assert not proxied("https://api.openai.com/v1")
