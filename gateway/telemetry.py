@@ -168,6 +168,11 @@ class _LiveCollector(Collector):
             "1 while the breaker is open",
             labels=["deployment"],
         )
+        loaded = GaugeMetricFamily(
+            "switchyard_model_loaded",
+            "1 while a local model loaded on demand is in memory",
+            labels=["deployment"],
+        )
         breakers = self._breakers()
         for name, backend in self._backends().items():
             stats = backend.stats()
@@ -177,10 +182,12 @@ class _LiveCollector(Collector):
                 slots.add_metric([name], stats.slots_busy)
             if stats.kv_used is not None and stats.kv_total:
                 kv.add_metric([name], stats.kv_used / stats.kv_total)
+            if stats.loaded is not None:
+                loaded.add_metric([name], 1.0 if stats.loaded else 0.0)
             breaker = breakers.get(name)
             if breaker is not None:
                 open_.add_metric([name], 1.0 if breaker.state == "open" else 0.0)
-        yield from (queue, in_flight, slots, kv, open_)
+        yield from (queue, in_flight, slots, kv, open_, loaded)
 
 
 def _tracer_provider(exporter: SpanExporter | None) -> tuple[TracerProvider, bool]:

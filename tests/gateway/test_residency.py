@@ -131,6 +131,8 @@ models:
     assert chat(server, "alpha") == "alpha"  # loads again
     assert server.log().count('"model_loaded"') == 2
     assert deployments(server)["alpha"]["in_flight"] == 0
+    metrics = httpx.get(f"{server.base_url}/metrics").text
+    assert 'switchyard_model_loaded{deployment="alpha"} 1.0' in metrics
 
 
 def test_memory_budget_evicts_the_least_recently_used(
