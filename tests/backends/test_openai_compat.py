@@ -425,7 +425,18 @@ class ForwardProxy:
         await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            while True:  # the client keeps its connection to the proxy alive
+                head = await reader.readuntil(b"\r\n\r\n")
+                await self._forward(head, reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _forward(
+        self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         method, target, version = head.split(b"\r\n", 1)[0].split(b" ")
         length = 0
         for line in head.split(b"\r\n")[1:]:
@@ -440,11 +451,10 @@ class ForwardProxy:
         rest = head.split(b"\r\n", 1)[1].replace(b"\r\n\r\n", b"\r\nconnection: close\r\n\r\n")
         up_writer.write(b"%s /%s %s\r\n%s%s" % (method, path.encode(), version, rest, body))
         await up_writer.drain()
-        while data := await up_reader.read(65536):
+        while data := await up_reader.read(65536):  # the answer is framed: relay it whole
             writer.write(data)
             await writer.drain()
         up_writer.close()
-        writer.close()
 
 
 async def test_proxy_from_the_environment_is_used(
