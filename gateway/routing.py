@@ -21,21 +21,10 @@ from policies import CandidateFacts, Capabilities, FitClass, Pricing, RequestFac
 _CHARS_PER_TOKEN = 4
 
 
-def describe_deployment(
-    settings: DeploymentConfig,
-    backend: Backend,
-    breaker: CircuitBreaker,
-    tracker: DeploymentTracker,
-    fit: FitClass | None,
-) -> PolicyCandidate:
-    """One deployment as a policy candidate: configuration, health and live figures."""
-    facts = _facts(settings, backend, breaker, fit)
-    return PolicyCandidate(facts, tracker.figures(backend.stats()))
-
-
 class DeploymentDescriber:
-    """:func:`describe_deployment` for the request path: a deployment's facts are rebuilt
-    only when its configuration, capabilities, memory fit or breaker state changed."""
+    """Each deployment as a policy candidate: configuration, health and live figures. The
+    facts are rebuilt only when the deployment's configuration, capabilities, memory fit or
+    breaker state changed; the live figures are read every time."""
 
     def __init__(self) -> None:
         self._memo: dict[str, tuple[tuple[object, ...], CandidateFacts]] = {}
