@@ -57,12 +57,13 @@ def _place(settings: DeploymentConfig, devices: dict[str, Device]) -> Placement:
         shape = shape_from_gguf(resolve_model_path(settings.model))
     except (OSError, ValueError) as exc:
         return Placement(settings.name, None, f"cannot read model: {exc}")
+    embed = settings.task == "embed"  # one sequence at a time, f16 KV (llamacpp_embed.py)
     plan = plan_memory(
         shape,
         device,
         context=settings.n_ctx,
-        slots=settings.parallel,
-        kv_dtype=settings.kv_cache_type,
+        slots=1 if embed else settings.parallel,
+        kv_dtype="f16" if embed else settings.kv_cache_type,
         allow_offload=settings.gpu_layers != 0 and device.kind != "cpu",
     )
     return Placement(settings.name, plan)

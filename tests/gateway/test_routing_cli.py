@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from backends.llamacpp import LlamaCppSettings
 from gateway.cli import main
 from gateway.config import load_config
 from gateway.placement import DeviceSpec, plan_deployments
@@ -72,3 +73,16 @@ def test_plan_prints_a_table(
     assert main(["plan", "--config", str(config_file(tmp_path, tiny_model))]) == 0
     out = capsys.readouterr().out
     assert "Memory plan" in out and "small-gpu" in out
+
+
+def test_an_embedding_deployment_is_planned_for_one_sequence(tiny_model: Path) -> None:
+    common = {"backend": "llamacpp", "model": str(tiny_model), "n_ctx": 1024, "parallel": 8}
+    generate = LlamaCppSettings(name="gen", **common)
+    embed = LlamaCppSettings(name="emb", task="embed", kv_cache_type="q8_0", **common)
+    cpu = Device("cpu", "cpu", 16 << 30)
+    gen_plan, emb_plan = (p.plan for p in plan_deployments([generate, embed], [], lambda: [cpu]))
+    assert gen_plan is not None and emb_plan is not None
+    assert (gen_plan.slots, emb_plan.slots) == (8, 1)
+    assert emb_plan.kv_dtype == "f16"  # what the embedding context really allocates
+    assert emb_plan.weights_bytes == gen_plan.weights_bytes
+    assert emb_plan.kv_bytes * 8 == gen_plan.kv_bytes
