@@ -69,6 +69,8 @@ class EventStream:
         finally:
             state.done = True
             watcher.cancel()
+            if watcher.done() and not watcher.cancelled():
+                watcher.exception()  # a receive() that failed: nothing to do, but retrieve it
             close = getattr(self.frames, "aclose", None)
             if close is not None:
                 await close()
