@@ -40,6 +40,7 @@ from backends.vllm_startup import (
 )
 from backends.vllm_wire import DONE, clean_reply, map_errors, request_body, sse_events
 from gateway.errors import ServiceUnavailableError, UpstreamError
+from gateway.frames import DictFramed
 from gateway.planner import Device
 from gateway.protocol import (
     ChatCompletion,
@@ -155,6 +156,11 @@ class VLLMBackend:
         async with aclosing(self._stream("chat", request)) as events:
             async for data in events:
                 yield ChatCompletionChunk.model_validate(data)
+
+    def chat_stream_raw(self, request: ChatCompletionRequest) -> DictFramed:
+        """The chat stream as SSE frames, each chunk written as vLLM made it (after
+        :func:`clean_reply`), without validating it into a model first."""
+        return DictFramed(self._stream("chat", request), self.name)
 
     async def completion(self, request: CompletionRequest) -> Completion:
         return Completion.model_validate(await self._whole("completion", request))

@@ -9,11 +9,14 @@ the others' chunks are framed by :class:`Framed`.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-from gateway.errors import UpstreamTimeoutError
+from pydantic import ValidationError
+
+from gateway.errors import UpstreamError, UpstreamTimeoutError
 from gateway.protocol import ChatCompletionChunk, ChatCompletionRequest, Completion, Usage
 from gateway.sse import frame
 
@@ -65,6 +68,43 @@ class Framed:
         close = getattr(self._chunks, "aclose", None)
         if close is not None:
             await close()
+
+
+class DictFramed:
+    """Frames chunks that arrive as JSON-ready dicts (an in-process engine's own OpenAI
+    layer): each is written with ``json.dumps``, without validating it into a model first.
+    The closing usage-only chunk is held back, as in :class:`Framed`."""
+
+    def __init__(self, chunks: AsyncIterator[dict[str, Any]], deployment: str) -> None:
+        self._chunks = chunks
+        self._deployment = deployment
+        self.usage: Usage | None = None
+        self.usage_frame: bytes | None = None
+
+    def __aiter__(self) -> DictFramed:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await anext(self._chunks)
+        while chunk.get("usage") is not None and not chunk.get("choices"):
+            try:
+                self.usage = Usage.model_validate(chunk["usage"])
+            except ValidationError:
+                raise UpstreamError(f"deployment {self._deployment!r} sent invalid usage") from None
+            self.usage_frame = _json_frame(chunk)
+            chunk = await anext(self._chunks)
+        return _json_frame(chunk)
+
+    async def aclose(self) -> None:
+        close = getattr(self._chunks, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _json_frame(chunk: dict[str, Any]) -> bytes:
+    return (
+        b"data: " + json.dumps(chunk, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    )
 
 
 class Deadline:

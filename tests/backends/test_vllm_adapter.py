@@ -171,6 +171,24 @@ async def test_stream_yields_deltas_as_the_engine_makes_them_and_ends_with_usage
     await backend.aclose()
 
 
+async def test_raw_stream_frames_carry_the_parsed_streams_chunks() -> None:
+    fake = FakeVLLM()
+    backend = await started(fake)
+    parsed = [c async for c in backend.chat_stream(chat(max_tokens=3))]
+    raw = backend.chat_stream_raw(chat(max_tokens=3))
+    frames = [f async for f in raw]
+    await backend.aclose()
+    assert all(f.startswith(b"data: {") and f.endswith(b"\n\n") for f in frames)
+    as_chunks = [ChatCompletionChunk.model_validate_json(f[6:]) for f in frames]
+    assert len(as_chunks) == len(parsed) - 1  # the usage-only chunk is held back
+    for mine, theirs in zip(as_chunks, parsed, strict=False):
+        assert mine.model_dump(exclude={"id", "created"}) == theirs.model_dump(
+            exclude={"id", "created"}
+        )
+    assert raw.usage is not None and raw.usage == parsed[-1].usage
+    assert raw.usage_frame is not None and b'"choices":[]' in raw.usage_frame
+
+
 async def test_completion_and_its_stream() -> None:
     fake = FakeVLLM()
     backend = await started(fake)
