@@ -17,7 +17,14 @@ from backends.base import Capabilities, DeploymentSettings, LiveStats
 from backends.llamacpp_batch import BatchSettings
 from backends.llamacpp_embed import EmbeddingModel, Pooling
 from backends.llamacpp_engine import LlamaEngine, LoadedModel
-from backends.llamacpp_sampling import Event, Finished, GenerationJob, Sampling
+from backends.llamacpp_sampling import (
+    Event,
+    Finished,
+    GenerationJob,
+    Sampling,
+    TokenLogprob,
+    chat_logprobs,
+)
 from backends.llamacpp_text import CHATML_TEMPLATE, ChatTemplate
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.protocol import (
@@ -245,17 +252,18 @@ class LlamaCppBackend:
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         tool = _forced_tool(request)
-        content, finished = await self._collect(self._chat_job(request, tool))
+        content, finished, logprobs = await self._collect(self._chat_job(request, tool))
         if tool is not None:
             call = ToolCall(id=new_id("call"), function=FunctionCall(name=tool, arguments=content))
             message = AssistantMessage(content=None, tool_calls=[call])
         else:
             message = AssistantMessage(content=content)
-        return ChatCompletion(
-            model=request.model,
-            choices=[Choice(message=message, finish_reason=_finish(finished, tool))],
-            usage=_usage(finished),
+        choice = Choice(
+            message=message,
+            finish_reason=_finish(finished, tool),
+            logprobs=chat_logprobs(logprobs) if request.logprobs and tool is None else None,
         )
+        return ChatCompletion(model=request.model, choices=[choice], usage=_usage(finished))
 
     async def chat_stream(
         self, request: ChatCompletionRequest
@@ -264,8 +272,12 @@ class LlamaCppBackend:
         job = self._chat_job(request, tool)
         chunk_id, created = new_id("chatcmpl"), now()
 
+        pending: list[TokenLogprob] = []  # for the next text chunk
+
         def chunk(delta: ChoiceDelta, finish: Any = None) -> ChatCompletionChunk:
-            choice = ChunkChoice(delta=delta, finish_reason=finish)
+            logprobs = chat_logprobs(pending) if pending and tool is None else None
+            pending.clear()
+            choice = ChunkChoice(delta=delta, finish_reason=finish, logprobs=logprobs)
             return ChatCompletionChunk(
                 id=chunk_id, created=created, model=request.model, choices=[choice]
             )
@@ -286,7 +298,9 @@ class LlamaCppBackend:
                 if first is not None:  # sent once the job runs: queue-full is an HTTP 503
                     yield chunk(first)
                     first = None
-                if isinstance(event, Finished):
+                if isinstance(event, TokenLogprob):
+                    pending.append(event)
+                elif isinstance(event, Finished):
                     yield chunk(ChoiceDelta(), _finish(event, tool))
                     yield ChatCompletionChunk(
                         id=chunk_id,
@@ -303,7 +317,8 @@ class LlamaCppBackend:
 
     def _chat_job(self, request: ChatCompletionRequest, tool: str | None) -> GenerationJob:
         self._generating()
-        _reject_unsupported(n=request.n, logprobs=bool(request.logprobs))
+        _reject_unsupported(n=request.n, logprobs=False)
+        top_logprobs = _top_logprobs(request)
         if any(m.has_images() for m in request.messages):
             raise InvalidRequestError(
                 f"deployment {self.name!r} does not accept images", param="messages"
@@ -314,14 +329,16 @@ class LlamaCppBackend:
         tokens = self._tokenize(prompt, special=True, param="messages")
         grammar = _chat_grammar(request, tool)
         param = "tools" if tool is not None else "response_format"
-        return self._job(
+        job = self._job(
             tokens, request.output_limit(), request, request.stop_list(), grammar, param
         )
+        job.top_logprobs = top_logprobs
+        return job
 
     # completions ----------------------------------------------------------------------
 
     async def completion(self, request: CompletionRequest) -> Completion:
-        text, finished = await self._collect(self._completion_job(request))
+        text, finished, _ = await self._collect(self._completion_job(request))
         if request.echo:
             text = _prompt_text(request) + text
         return Completion(
@@ -353,7 +370,7 @@ class LlamaCppBackend:
                         choices=[],
                         usage=_usage(event),
                     )
-                else:
+                elif isinstance(event, str):
                     yield chunk(event)
 
     def _completion_job(self, request: CompletionRequest) -> GenerationJob:
@@ -371,14 +388,18 @@ class LlamaCppBackend:
     def _events(self, job: GenerationJob) -> AsyncGenerator[Event, None]:
         return self.engine.run(job)
 
-    async def _collect(self, job: GenerationJob) -> tuple[str, Finished]:
+    async def _collect(self, job: GenerationJob) -> tuple[str, Finished, list[TokenLogprob]]:
         job.stream = False
         text: list[str] = []
+        logprobs: list[TokenLogprob] = []
         async with aclosing(self._events(job)) as events:
             async for event in events:
                 if isinstance(event, Finished):
-                    return "".join(text), event
-                text.append(event)
+                    return "".join(text), event, logprobs
+                if isinstance(event, TokenLogprob):
+                    logprobs.append(event)
+                else:
+                    text.append(event)
         raise AssertionError("the engine ended a job without Finished")
 
     def _tokenize(self, text: str, *, special: bool, param: str) -> list[int]:
@@ -449,8 +470,29 @@ def _reject_unsupported(*, n: int | None, logprobs: bool) -> None:
         raise InvalidRequestError("n > 1 is not supported; send separate requests", param="n")
     if logprobs:
         raise InvalidRequestError(
-            "logprobs are not supported by the llama.cpp backend", param="logprobs"
+            "logprobs on text completions are not supported by the llama.cpp backend; "
+            "use chat completions",
+            param="logprobs",
         )
+
+
+MAX_TOP_LOGPROBS = 20
+
+
+def _top_logprobs(request: ChatCompletionRequest) -> int | None:
+    """How many alternatives per token, or ``None`` when the request wants no logprobs."""
+    top = request.top_logprobs
+    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise InvalidRequestError(
+            f"'top_logprobs' must be between 0 and {MAX_TOP_LOGPROBS}", param="top_logprobs"
+        )
+    if not request.logprobs:
+        if top is not None:
+            raise InvalidRequestError(
+                "'top_logprobs' needs 'logprobs' set to true", param="top_logprobs"
+            )
+        return None
+    return top or 0
 
 
 def _forced_tool(request: ChatCompletionRequest) -> str | None:

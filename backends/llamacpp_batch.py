@@ -27,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from backends.llamacpp_sampling import Event, Finished, GenerationJob, SamplerChain
+from backends.llamacpp_sampling import (
+    Event,
+    Finished,
+    GenerationJob,
+    SamplerChain,
+    TokenLogprob,
+    token_logprob,
+)
 from backends.llamacpp_text import TextAssembler
 from gateway.errors import GatewayError, ServiceUnavailableError
 
@@ -374,6 +381,9 @@ class Scheduler:
         if self._model.is_eog(token):
             self._finish(seq, "stop")
             return
+        top = task.ticket.job.top_logprobs
+        if top is not None:
+            self._outbox.append((task.ticket.deliver, self._logprob(task.out, token, top)))
         task.count += 1
         piece = task.text.feed(self._model.token_to_piece(token))
         if piece:
@@ -384,6 +394,14 @@ class Scheduler:
             self._finish(seq, "length")
         else:
             task.next_token = token
+
+    def _logprob(self, index: int, token: int, top: int) -> TokenLogprob:
+        import llama_cpp
+        import numpy as np
+
+        pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        row = np.ctypeslib.as_array(pointer, shape=(self._model.n_vocab,))
+        return token_logprob(row, token, top, self._model.token_to_piece)
 
     def _finish(self, seq: _Seq, reason: str) -> None:
         """The task leaves its sequence, which keeps its KV as a prefix cache."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,7 @@ class GenerationJob:
     grammar_param: str = "response_format"
     stream: bool = True  # False: the text arrives in one piece just before Finished
     cancelled: threading.Event = field(default_factory=threading.Event)
+    top_logprobs: int | None = None  # None: no logprobs; else a TokenLogprob per token
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,52 @@ class Finished:
     cached_tokens: int = 0
 
 
-Event = str | Finished
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A sampled token's log-probability under the model's own distribution (before the
+    request's temperature, penalties or grammar), with the ``top`` most likely tokens."""
+
+    piece: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...] = ()
+
+
+Event = str | TokenLogprob | Finished
+
+
+def token_logprob(
+    logits: Any, token: int, top: int, piece_of: Callable[[int], bytes]
+) -> TokenLogprob:
+    """``token``'s log-softmax from one row of raw ``logits`` (numpy, n_vocab floats), and
+    the ``top`` highest alternatives (most likely first)."""
+    import numpy as np
+
+    row = np.asarray(logits, dtype=np.float64)
+    peak = float(row.max())
+    log_total = peak + float(np.log(np.exp(row - peak).sum()))
+    best: tuple[tuple[bytes, float], ...] = ()
+    if top > 0:
+        candidates = np.argpartition(row, -top)[-top:]
+        ranked = candidates[np.argsort(row[candidates])[::-1]]
+        best = tuple((piece_of(int(t)), float(row[t]) - log_total) for t in ranked)
+    return TokenLogprob(piece_of(token), float(row[token]) - log_total, best)
+
+
+def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
+    """OpenAI's ``choice.logprobs`` object for chat content."""
+    content = [
+        {**_token(i.piece, i.logprob), "top_logprobs": [_token(p, lp) for p, lp in i.top]}
+        for i in items
+    ]
+    return {"content": content}
+
+
+def _token(piece: bytes, logprob: float) -> dict[str, Any]:
+    return {
+        "token": piece.decode("utf-8", errors="replace"),
+        "logprob": logprob,
+        "bytes": list(piece),
+    }
 
 
 class SamplerChain:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -204,6 +206,8 @@ def test_named_tool_choice_returns_a_valid_call(client: OpenAI) -> None:
         ({"n": 2}, "n"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ],
 )
 def test_invalid_requests_are_400_with_param(
@@ -216,6 +220,43 @@ def test_invalid_requests_are_400_with_param(
     body = info.value.body
     assert isinstance(body, dict) and body["param"] == param
     assert body["type"] == "invalid_request_error"
+
+
+def test_logprobs_describe_every_generated_token(client: OpenAI) -> None:
+    args: dict[str, Any] = {"model": MODEL, "messages": HELLO, "max_tokens": 12, "seed": 3}
+    whole = client.chat.completions.create(**args, logprobs=True, top_logprobs=3)
+    choice = whole.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content
+    content = choice.logprobs.content
+    assert len(content) == whole.usage.completion_tokens if whole.usage else False
+    assert b"".join(bytes(t.bytes or []) for t in content).decode() == choice.message.content
+    for token in content:
+        assert token.logprob <= 0 and len(token.top_logprobs) == 3
+        alternatives = [t.logprob for t in token.top_logprobs]
+        assert alternatives == sorted(alternatives, reverse=True)
+        assert token.logprob <= alternatives[0] + 1e-6  # nothing beats the most likely
+        assert sum(math.exp(a) for a in alternatives) <= 1 + 1e-6
+    plain = client.chat.completions.create(**args)
+    assert plain.choices[0].logprobs is None
+
+    streamed = list(
+        client.chat.completions.create(**args, logprobs=True, top_logprobs=3, stream=True)
+    )
+    entries = [
+        t
+        for c in streamed
+        if c.choices and c.choices[0].logprobs
+        for t in (c.choices[0].logprobs.content or [])
+    ]
+    assert [(t.token, round(t.logprob, 4)) for t in entries] == [
+        (t.token, round(t.logprob, 4)) for t in content
+    ]  # seeded: the same tokens, the same figures as the whole answer
+
+
+def test_completions_logprobs_are_refused_clearly(client: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="chat completions") as info:
+        client.completions.create(model=MODEL, prompt="once", max_tokens=2, logprobs=2)
+    assert isinstance(info.value.body, dict) and info.value.body["param"] == "logprobs"
 
 
 def test_unknown_model_is_404_model_not_found(client: OpenAI) -> None:
