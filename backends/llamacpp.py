@@ -24,6 +24,7 @@ from backends.llamacpp_sampling import (
     Sampling,
     TokenLogprob,
     chat_logprobs,
+    completion_logprobs,
 )
 from backends.llamacpp_text import CHATML_TEMPLATE, ChatTemplate
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
@@ -317,7 +318,7 @@ class LlamaCppBackend:
 
     def _chat_job(self, request: ChatCompletionRequest, tool: str | None) -> GenerationJob:
         self._generating()
-        _reject_unsupported(n=request.n, logprobs=False)
+        _reject_unsupported(n=request.n)
         top_logprobs = _top_logprobs(request)
         if any(m.has_images() for m in request.messages):
             raise InvalidRequestError(
@@ -338,21 +339,30 @@ class LlamaCppBackend:
     # completions ----------------------------------------------------------------------
 
     async def completion(self, request: CompletionRequest) -> Completion:
-        text, finished, _ = await self._collect(self._completion_job(request))
+        text, finished, items = await self._collect(self._completion_job(request))
         if request.echo:
             text = _prompt_text(request) + text
-        return Completion(
-            model=request.model,
-            choices=[CompletionChoice(text=text, finish_reason=_finish(finished, None))],
-            usage=_usage(finished),
+        logprobs = completion_logprobs(items, 0) if request.logprobs is not None else None
+        choice = CompletionChoice(
+            text=text, finish_reason=_finish(finished, None), logprobs=logprobs
         )
+        return Completion(model=request.model, choices=[choice], usage=_usage(finished))
 
     async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
         job = self._completion_job(request)
         chunk_id, created = new_id("cmpl"), now()
 
+        pending: list[TokenLogprob] = []  # for the next text chunk
+        offset = 0  # text_offset of the next token
+
         def chunk(text: str, finish: Any = None) -> Completion:
-            choice = CompletionChoice(text=text, finish_reason=finish)
+            nonlocal offset
+            logprobs = None
+            if pending:
+                logprobs = completion_logprobs(pending, offset)
+                offset += sum(len(i.piece.decode("utf-8", errors="replace")) for i in pending)
+                pending.clear()
+            choice = CompletionChoice(text=text, finish_reason=finish, logprobs=logprobs)
             return Completion(id=chunk_id, created=created, model=request.model, choices=[choice])
 
         echo = _prompt_text(request) if request.echo else None
@@ -361,7 +371,9 @@ class LlamaCppBackend:
                 if echo is not None:
                     yield chunk(echo)
                     echo = None
-                if isinstance(event, Finished):
+                if isinstance(event, TokenLogprob):
+                    pending.append(event)
+                elif isinstance(event, Finished):
                     yield chunk("", _finish(event, None))
                     yield Completion(
                         id=chunk_id,
@@ -375,13 +387,24 @@ class LlamaCppBackend:
 
     def _completion_job(self, request: CompletionRequest) -> GenerationJob:
         self._generating()
-        _reject_unsupported(n=request.n, logprobs=request.logprobs is not None)
+        _reject_unsupported(n=request.n)
         if request.best_of not in (None, 1):
             raise InvalidRequestError("best_of > 1 is not supported", param="best_of")
         if request.suffix:
             raise InvalidRequestError("suffix (insertion) is not supported", param="suffix")
+        top = request.logprobs
+        if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise InvalidRequestError(
+                f"'logprobs' must be between 0 and {MAX_TOP_LOGPROBS}", param="logprobs"
+            )
+        if top is not None and request.echo:
+            raise InvalidRequestError(
+                "logprobs of echoed prompt tokens are not supported", param="echo"
+            )
         tokens = self._tokenize(_prompt_text(request), special=False, param="prompt")
-        return self._job(tokens, request.max_tokens, request, request.stop_list(), None)
+        job = self._job(tokens, request.max_tokens, request, request.stop_list(), None)
+        job.top_logprobs = top
+        return job
 
     # shared ---------------------------------------------------------------------------
 
@@ -465,15 +488,9 @@ def _usage(finished: Finished) -> Usage:
     )
 
 
-def _reject_unsupported(*, n: int | None, logprobs: bool) -> None:
+def _reject_unsupported(*, n: int | None) -> None:
     if n not in (None, 1):
         raise InvalidRequestError("n > 1 is not supported; send separate requests", param="n")
-    if logprobs:
-        raise InvalidRequestError(
-            "logprobs on text completions are not supported by the llama.cpp backend; "
-            "use chat completions",
-            param="logprobs",
-        )
 
 
 MAX_TOP_LOGPROBS = 20

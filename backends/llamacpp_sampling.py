@@ -121,6 +121,24 @@ def _token(piece: bytes, logprob: float) -> dict[str, Any]:
     }
 
 
+def completion_logprobs(items: list[TokenLogprob], first_offset: int) -> dict[str, Any]:
+    """The legacy completions ``choice.logprobs`` object; ``text_offset`` counts characters
+    from ``first_offset``."""
+    tokens = [i.piece.decode("utf-8", errors="replace") for i in items]
+    offsets, at = [], first_offset
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return {
+        "tokens": tokens,
+        "token_logprobs": [i.logprob for i in items],
+        "top_logprobs": [
+            {p.decode("utf-8", errors="replace"): lp for p, lp in i.top} for i in items
+        ],
+        "text_offset": offsets,
+    }
+
+
 class SamplerChain:
     """Owns one ``llama_sampler`` chain; ``free()`` it exactly once (idempotent)."""
 

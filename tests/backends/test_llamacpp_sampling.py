@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from backends.llamacpp_sampling import chat_logprobs, token_logprob
+from backends.llamacpp_sampling import chat_logprobs, completion_logprobs, token_logprob
 
 PIECES = {0: b"a", 1: b"b", 2: b"\xc3\xa9", 3: b"d"}
 
@@ -33,3 +33,16 @@ def test_chat_logprobs_object_has_openai_fields() -> None:
     assert entry["token"] == "é" and entry["bytes"] == [0xC3, 0xA9]
     assert set(entry) == {"token", "logprob", "bytes", "top_logprobs"}
     assert set(entry["top_logprobs"][0]) == {"token", "logprob", "bytes"}
+
+
+def test_completion_logprobs_count_offsets_in_characters() -> None:
+    items = [
+        token_logprob(np.array([2.0, 1.0, 0.0, 0.0]), 0, 2, PIECES.__getitem__),
+        token_logprob(np.array([0.0, 0.0, 1.0, 0.0]), 2, 1, PIECES.__getitem__),
+        token_logprob(np.array([0.0, 1.0, 0.0, 0.0]), 1, 0, PIECES.__getitem__),
+    ]
+    result = completion_logprobs(items, 10)
+    assert result["tokens"] == ["a", "é", "b"]
+    assert result["text_offset"] == [10, 11, 12]  # "é" is one character, two bytes
+    assert result["token_logprobs"] == [i.logprob for i in items]
+    assert list(result["top_logprobs"][0]) == ["a", "b"] and result["top_logprobs"][2] == {}

@@ -253,10 +253,25 @@ def test_logprobs_describe_every_generated_token(client: OpenAI) -> None:
     ]  # seeded: the same tokens, the same figures as the whole answer
 
 
-def test_completions_logprobs_are_refused_clearly(client: OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="chat completions") as info:
-        client.completions.create(model=MODEL, prompt="once", max_tokens=2, logprobs=2)
-    assert isinstance(info.value.body, dict) and info.value.body["param"] == "logprobs"
+def test_completions_logprobs_in_the_legacy_shape(client: OpenAI) -> None:
+    args: dict[str, Any] = {"model": MODEL, "prompt": "once", "max_tokens": 8, "seed": 5}
+    whole = client.completions.create(**args, logprobs=2)
+    choice = whole.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.tokens
+    assert "".join(choice.logprobs.tokens) == choice.text
+    offsets = choice.logprobs.text_offset or []
+    assert offsets[0] == 0 and offsets == sorted(offsets)
+    assert all(lp <= 0 for lp in choice.logprobs.token_logprobs or [])
+    assert all(1 <= len(top) <= 2 for top in choice.logprobs.top_logprobs or [])
+
+    streamed = list(client.completions.create(**args, logprobs=2, stream=True))
+    pieces = [c.choices[0].logprobs for c in streamed if c.choices and c.choices[0].logprobs]
+    assert [t for p in pieces for t in p.tokens or []] == choice.logprobs.tokens
+    assert [o for p in pieces for o in p.text_offset or []] == offsets
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(**args, logprobs=2, echo=True)
+    assert isinstance(info.value.body, dict) and info.value.body["param"] == "echo"
 
 
 def test_unknown_model_is_404_model_not_found(client: OpenAI) -> None:
