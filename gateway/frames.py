@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError
-from gateway.protocol import ChatCompletionChunk, ChatCompletionRequest, Completion, Usage
+from gateway.protocol import ChatCompletionRequest, Usage
 from gateway.sse import frame
 
 
@@ -49,8 +49,9 @@ class RawChatBackend(Protocol):
 class Framed:
     """Frames a backend's chunk stream; the closing usage-only chunk is held back."""
 
-    def __init__(self, chunks: AsyncIterator[ChatCompletionChunk] | AsyncIterator[Completion]):
-        self._chunks: AsyncIterator[Any] = chunks
+    def __init__(self, chunks: AsyncIterator[Any]) -> None:
+        """``chunks``: ChatCompletionChunk or Completion models (dicts in :class:`DictFramed`)."""
+        self._chunks = chunks
         self.usage: Usage | None = None
         self.usage_frame: bytes | None = None
 
@@ -70,19 +71,14 @@ class Framed:
             await close()
 
 
-class DictFramed:
+class DictFramed(Framed):
     """Frames chunks that arrive as JSON-ready dicts (an in-process engine's own OpenAI
     layer): each is written with ``json.dumps``, without validating it into a model first.
     The closing usage-only chunk is held back, as in :class:`Framed`."""
 
     def __init__(self, chunks: AsyncIterator[dict[str, Any]], deployment: str) -> None:
-        self._chunks = chunks
+        super().__init__(chunks)
         self._deployment = deployment
-        self.usage: Usage | None = None
-        self.usage_frame: bytes | None = None
-
-    def __aiter__(self) -> DictFramed:
-        return self
 
     async def __anext__(self) -> bytes:
         chunk = await anext(self._chunks)
@@ -94,11 +90,6 @@ class DictFramed:
             self.usage_frame = _json_frame(chunk)
             chunk = await anext(self._chunks)
         return _json_frame(chunk)
-
-    async def aclose(self) -> None:
-        close = getattr(self._chunks, "aclose", None)
-        if close is not None:
-            await close()
 
 
 def _json_frame(chunk: dict[str, Any]) -> bytes:
