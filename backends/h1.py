@@ -345,6 +345,9 @@ class H1Pool:
         else:
             conn.close()
             self._open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -371,6 +374,7 @@ class H1Pool:
                     return await self._connect(timeout)
                 except BaseException:
                     self._open -= 1
+                    self._wake_one()  # the slot it held is free again
                     raise
             waiter = loop.create_future()
             self._waiters.append(waiter)

@@ -340,3 +340,12 @@ async def test_https(tmp_path: Path) -> None:
     with pytest.raises(h1.ConnectError):
         await untrusted.request("POST", "chat/completions", b"{}", connect_timeout=5)
     await server.close()
+
+
+async def test_a_failed_connect_frees_its_slot_for_a_waiter() -> None:
+    pool = h1.H1Pool("http://127.0.0.1:1/v1", {}, max_connections=1)
+    first = asyncio.ensure_future(pool.request("POST", "x", b"{}", connect_timeout=5))
+    second = asyncio.ensure_future(pool.request("POST", "x", b"{}", connect_timeout=5))
+    results = await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), 2)
+    # the waiter was woken when the slot came free: it tried (and failed) to connect itself
+    assert [type(r) for r in results] == [h1.ConnectError, h1.ConnectError]
