@@ -302,9 +302,6 @@ class H1Pool:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
 
-    def url(self, path: str) -> str:
-        return f"{'https' if self._tls else 'http'}://{self._host}:{self._port}{self._path(path)}"
-
     async def request(
         self,
         method: str,

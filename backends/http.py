@@ -55,8 +55,13 @@ _BODY_LIMIT = 4096
 
 def first_byte_limit(timeouts: Timeouts) -> float | None:
     """Seconds a stream may wait for its first byte: ``first_token_s`` capped by ``total_s``."""
-    limits = [t for t in (timeouts.first_token_s, timeouts.total_s) if t is not None]
-    return min(limits) if limits else None
+    return smallest(timeouts.first_token_s, timeouts.total_s)
+
+
+def smallest(*limits: float | None) -> float | None:
+    """The tightest of some time limits (``None``: no limit)."""
+    present = [t for t in limits if t is not None]
+    return min(present) if present else None
 
 
 class HTTPDeploymentSettings(DeploymentSettings):

@@ -136,6 +136,14 @@ def resolve_model_path(model: str) -> Path:
         raise FileNotFoundError(str(exc)) from None
 
 
+async def find_model(settings: LlamaCppSettings) -> Path:
+    """The deployment's GGUF (see :func:`resolve_model_path`); a missing one names it."""
+    try:
+        return await asyncio.to_thread(resolve_model_path, settings.model)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"deployment {settings.name!r}: {exc}") from None
+
+
 def auto_gpu_layers(settings: LlamaCppSettings) -> int:
     """``gpu_layers: auto``: every layer when the memory plan fits the GPU (or only the KV
     spills), the planner's layer count on partial offload, none without a GPU."""
@@ -185,10 +193,7 @@ class LlamaCppBackend:
 
     async def start(self) -> None:
         settings = self._settings
-        try:
-            path = await asyncio.to_thread(resolve_model_path, settings.model)
-        except FileNotFoundError as exc:
-            raise FileNotFoundError(f"deployment {settings.name!r}: {exc}") from None
+        path = await find_model(settings)
         gpu_layers: int = (
             await asyncio.to_thread(auto_gpu_layers, settings)
             if settings.gpu_layers == "auto"

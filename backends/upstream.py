@@ -31,6 +31,7 @@ from backends.http import (
     error_for_transport,
     first_byte_limit,
     load_json,
+    smallest,
     timeout_error,
 )
 
@@ -49,7 +50,8 @@ class Upstream(Protocol):
     def stream(
         self, path: str, body: bytes, timeouts: Timeouts
     ) -> AbstractAsyncContextManager[FrameStream]:
-        """POST a streaming request and iterate its SSE frames (see :func:`open_sse`)."""
+        """POST a streaming request and iterate its SSE frames: the first byte within
+        ``first_token_s``, each later read as well, the whole stream within ``total_s``."""
         ...
 
     async def get_json(self, path: str, timeout_s: float) -> Any:
@@ -81,6 +83,12 @@ def proxied(url: str) -> bool:
     return not urllib.request.proxy_bypass(parts.hostname or "")
 
 
+def _headers(settings: HTTPDeploymentSettings, headers: Mapping[str, str]) -> dict[str, str]:
+    """What every request to the upstream carries; the deployment's own headers win."""
+    defaults = {"user-agent": USER_AGENT, "content-type": "application/json"}
+    return {**defaults, **headers, **settings.headers}
+
+
 class H1Upstream:
     """:class:`Upstream` over :class:`backends.h1.H1Pool`."""
 
@@ -89,31 +97,28 @@ class H1Upstream:
         self._connect_s = settings.timeouts.connect_s
         self._pool = h1.H1Pool(
             settings.base_url,
-            {
-                "user-agent": USER_AGENT,
-                "content-type": "application/json",
-                **headers,
-                **settings.headers,
-            },
+            _headers(settings, headers),
             max_connections=settings.max_connections,
             keepalive_expiry=_KEEPALIVE_S,
         )
 
     async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
+        return await self._whole("POST", path, body, total_s, self._connect_s)
+
+    async def _whole(
+        self, method: str, path: str, body: bytes, total_s: float | None, connect_s: float | None
+    ) -> bytes:
         try:
             async with asyncio.timeout(total_s):
-                response = await self._pool.request(
-                    "POST", path, body, connect_timeout=self._connect_s
-                )
+                response = await self._pool.request(method, path, body, connect_timeout=connect_s)
                 content = await response.read()
         except h1.H1Error as exc:
             raise error_for_transport(self._name, exc) from exc
         except TimeoutError:
             raise timeout_error(self._name, f"no answer within {total_s}s") from None
         if response.is_error:
-            raise error_for_status(
-                self._name, response.status, content.decode(errors="replace"), response.headers
-            )
+            text = content.decode(errors="replace")
+            raise error_for_status(self._name, response.status, text, response.headers)
         return content
 
     @asynccontextmanager
@@ -122,7 +127,7 @@ class H1Upstream:
     ) -> AsyncIterator[FrameStream]:
         first_byte_s = first_byte_limit(timeouts)
         deadline = _deadline(timeouts.total_s)
-        connect_s = _smallest(self._connect_s, first_byte_s)
+        connect_s = smallest(self._connect_s, first_byte_s)
         try:
             response = await self._pool.request(
                 "POST",
@@ -152,16 +157,7 @@ class H1Upstream:
             await response.aclose()
 
     async def get_json(self, path: str, timeout_s: float) -> Any:
-        try:
-            async with asyncio.timeout(timeout_s):
-                response = await self._pool.request("GET", path, connect_timeout=timeout_s)
-                content = await response.read()
-        except (h1.H1Error, TimeoutError) as exc:
-            raise error_for_transport(self._name, exc) from exc
-        if response.is_error:
-            text = content.decode(errors="replace")
-            raise error_for_status(self._name, response.status, text, response.headers)
-        return load_json(content, self._name)
+        return load_json(await self._whole("GET", path, b"", timeout_s, timeout_s), self._name)
 
     async def aclose(self) -> None:
         await self._pool.aclose()
@@ -185,12 +181,7 @@ class HttpxUpstream:
         timeouts = settings.timeouts
         self._client = httpx.AsyncClient(
             base_url=settings.base_url,
-            headers={
-                "user-agent": USER_AGENT,
-                "content-type": "application/json",
-                **headers,
-                **settings.headers,
-            },
+            headers=_headers(settings, headers),
             timeout=httpx.Timeout(
                 timeouts.total_s, connect=timeouts.connect_s, pool=timeouts.connect_s
             ),
@@ -201,9 +192,12 @@ class HttpxUpstream:
         self._connect_s = timeouts.connect_s
 
     async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
+        return await self._whole("POST", path, body, total_s)
+
+    async def _whole(self, method: str, path: str, body: bytes, total_s: float | None) -> bytes:
         try:
             async with asyncio.timeout(total_s):
-                response = await self._client.post(path, content=body)
+                response = await self._client.request(method, path, content=body)
         except httpx.HTTPError as exc:
             raise error_for_transport(self._name, exc) from exc
         except TimeoutError:
@@ -249,15 +243,7 @@ class HttpxUpstream:
             await response.aclose()
 
     async def get_json(self, path: str, timeout_s: float) -> Any:
-        try:
-            response = await self._client.get(path, timeout=timeout_s)
-        except httpx.HTTPError as exc:
-            raise error_for_transport(self._name, exc) from exc
-        if response.is_error:
-            raise error_for_status(
-                self._name, response.status_code, response.text, response.headers
-            )
-        return load_json(response.content, self._name)
+        return load_json(await self._whole("GET", path, b"", timeout_s), self._name)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -265,8 +251,3 @@ class HttpxUpstream:
 
 def _deadline(seconds: float | None) -> float | None:
     return None if seconds is None else asyncio.get_running_loop().time() + seconds
-
-
-def _smallest(*values: float | None) -> float | None:
-    present = [v for v in values if v is not None]
-    return min(present) if present else None

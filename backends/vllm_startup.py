@@ -29,7 +29,7 @@ from typing import Any
 
 from backends.vllm_settings import VLLMSettings
 from gateway.planner import Device, estimate_overhead, plan_memory, shape_from_hf_config
-from gateway.planner.devices import GIB, discover_devices
+from gateway.planner.devices import GIB, discover_devices, gib
 
 INSTALL_HINT = "install switchyard[vllm]: pip install 'switchyard[vllm]'"
 SUPPORTED = ((0, 32), (0, 33))
@@ -108,11 +108,11 @@ class MemoryAdvice:
 
     def describe(self) -> str:
         return (
-            f"planner estimate per GPU: weights {_gib(self.weights_bytes)} + KV for one "
-            f"{self.context}-token sequence {_gib(self.kv_bytes)} + overhead "
-            f"{_gib(self.overhead_bytes)} = {_gib(self.required_bytes)}, "
+            f"planner estimate per GPU: weights {gib(self.weights_bytes)} + KV for one "
+            f"{self.context}-token sequence {gib(self.kv_bytes)} + overhead "
+            f"{gib(self.overhead_bytes)} = {gib(self.required_bytes)}, "
             f"{self.needed_utilization:.2f} of {self.device.name} "
-            f"({_gib(self.device.memory_bytes)})"
+            f"({gib(self.device.memory_bytes)})"
         )
 
 
@@ -267,7 +267,3 @@ def _chain(exc: BaseException) -> list[BaseException]:
         seen.append(current)
         current = current.__cause__ or current.__context__
     return seen
-
-
-def _gib(n: float) -> str:
-    return f"{n / GIB:.2f} GiB"

@@ -29,7 +29,7 @@ from gateway.serving import (
     json_response,
     parse_body,
     request_facts,
-    serving_gateway,
+    taking_work,
 )
 from gateway.telemetry import Telemetry
 
@@ -52,9 +52,9 @@ async def completions(scope: Scope, receive: Receive, send: Send) -> None:
 @post("/v1/embeddings", status_code=200)
 async def embeddings(request: Request[Any, Any, Any]) -> ASGIApp:
     body = parse_body(EmbeddingRequest, await request.body())
-    facts = request_facts(request)
+    facts = request_facts(request.scope)
     facts.update(model=body.model)
-    gateway = serving_gateway(request)
+    gateway = taking_work(_gateway(request))
 
     async def embed(backend: Backend) -> EmbeddingResponse:
         if not isinstance(backend, EmbeddingsBackend) or not backend.capabilities.embeddings:

@@ -45,6 +45,7 @@ from gateway.protocol.common import Model
 from gateway.reliability import CircuitBreaker, backoff_delay
 from gateway.residency import Residency
 from gateway.routing import DeploymentDescriber
+from gateway.telemetry import tracing
 from policies import Candidate as PolicyCandidate
 from policies import FitClass, Hedge, RequestFacts
 
@@ -361,7 +362,7 @@ class Gateway:
 
     def _client_span(self, operation: str, candidate: Candidate, retry: int) -> Any:
         """One span per upstream attempt, in GenAI terms (nothing when traces are off)."""
-        if isinstance(self.tracer, trace.NoOpTracer):
+        if not tracing(self.tracer):
             return contextlib.nullcontext()
         deployment = candidate.settings
         span = self.tracer.start_as_current_span(

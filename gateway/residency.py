@@ -32,12 +32,13 @@ import structlog
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator
 
 from backends.base import Backend, Capabilities, EmbeddingsBackend, LiveStats
-from backends.llamacpp import LlamaCppSettings, resolve_model_path
+from backends.llamacpp import LlamaCppSettings, find_model
 from backends.registry import DeploymentConfig, create_backend
 from gateway.errors import InvalidRequestError, ServiceUnavailableError
 from gateway.models_store import CannotFitError, LoadedModel, choose_evictions
 from gateway.periodic import Periodic
 from gateway.placement import DeviceSpec, plan_deployments
+from gateway.planner.devices import gib
 from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -166,13 +167,13 @@ class Residency:
         ]
 
     def _no_room(self, resident: ResidentBackend, need: int, budget: int) -> str:
-        wanted = f"deployment {resident.name!r} needs about {_gib(need)}"
+        wanted = f"deployment {resident.name!r} needs about {gib(need)}"
         if need > budget:
-            return f"{wanted}, more than the whole local_models memory_budget ({_gib(budget)})"
+            return f"{wanted}, more than the whole local_models memory_budget ({gib(budget)})"
         busy = sorted({r.name for r in self._residents.values() if r.busy and r is not resident})
         return (
             f"{wanted}, and models in use ({', '.join(busy)}) hold the rest of the "
-            f"local_models memory_budget ({_gib(budget)}); retry when they finish"
+            f"local_models memory_budget ({gib(budget)}); retry when they finish"
         )
 
     def _interval(self) -> float:
@@ -217,10 +218,7 @@ class ResidentBackend:
         if self.settings.preload:
             await self._load()
             return
-        try:
-            await asyncio.to_thread(resolve_model_path, self.settings.model)
-        except FileNotFoundError as exc:
-            raise FileNotFoundError(f"deployment {self.name!r}: {exc}") from None
+        await find_model(self.settings)
 
     def stats(self) -> LiveStats:
         stats = self._backend.stats()
@@ -352,7 +350,3 @@ async def _close(backends: Sequence[Backend]) -> None:
 def _planned_bytes(settings: LlamaCppSettings, devices: Sequence[DeviceSpec]) -> int:
     (placement,) = plan_deployments([settings], devices)
     return placement.plan.required_bytes if placement.plan is not None else 0
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"

@@ -14,7 +14,6 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 import structlog
-from litestar import Request
 from litestar.exceptions import ClientException, MethodNotAllowedException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -111,22 +110,14 @@ def parse_body(model: type[M], body: bytes) -> M:
         ) from exc
 
 
-def request_facts(request: Request[Any, Any, Any]) -> dict[str, Any]:
+def request_facts(scope: Scope) -> dict[str, Any]:
     """The log/metrics facts of this request (written out by the middleware)."""
-    return _facts_of(request.scope)
-
-
-def _facts_of(scope: Scope) -> dict[str, Any]:
     facts: dict[str, Any] = scope.setdefault("state", {}).setdefault("log", {})
     return facts
 
 
-def serving_gateway(request: Request[Any, Any, Any]) -> Gateway:
+def taking_work(gateway: Gateway) -> Gateway:
     """The gateway, if it takes new work: while draining, new requests go elsewhere."""
-    return _taking_work(request.app.state.gateway)
-
-
-def _taking_work(gateway: Gateway) -> Gateway:
     if gateway.draining:
         raise ServiceUnavailableError(
             "This gateway is shutting down; retry on another replica.",
@@ -151,10 +142,10 @@ async def handle(
     if scope.get("method") != "POST":
         raise MethodNotAllowedException(headers={"allow": "POST"})
     body = parse_body(endpoint.request_type, await read_body(scope, receive))
-    facts = _facts_of(scope)
+    facts = request_facts(scope)
     facts.update(model=body.model, stream=bool(body.stream))
     state = scope["app"].state
-    gateway = _taking_work(state.gateway)
+    gateway = taking_work(state.gateway)
     services: Services = state.services
     admission = services.admission
     ticket = await admission.admit(endpoint.facts(body, _header(scope, b"authorization")))

@@ -95,11 +95,15 @@ class Telemetry:
         )
         self.tracer_provider, exporting = _tracer_provider(span_exporter)
         # with nowhere to export, recording spans is pure cost on the request path
-        self.tracing = exporting
         self._series: dict[tuple[str, str], _Series] = {}
         self.tracer: Tracer = (
             self.tracer_provider.get_tracer("switchyard") if exporting else NoOpTracer()
         )
+
+    @property
+    def tracing(self) -> bool:
+        """Whether spans are recorded (some exporter is configured)."""
+        return tracing(self.tracer)
 
     def watch(
         self,
@@ -188,6 +192,11 @@ class _LiveCollector(Collector):
             if breaker is not None:
                 open_.add_metric([name], 1.0 if breaker.state == "open" else 0.0)
         yield from (queue, in_flight, slots, kv, open_, loaded)
+
+
+def tracing(tracer: Tracer) -> bool:
+    """Whether ``tracer`` records spans (not the no-op one used when nothing exports)."""
+    return not isinstance(tracer, NoOpTracer)
 
 
 def _tracer_provider(exporter: SpanExporter | None) -> tuple[TracerProvider, bool]:

@@ -14,6 +14,13 @@ from typing import Any, Literal
 DeviceKind = Literal["cuda", "metal", "cpu"]
 
 GIB = 1 << 30
+
+
+def gib(n: float) -> str:
+    """Bytes as GiB, for people."""
+    return f"{n / GIB:.2f} GiB"
+
+
 APPLE_GPU_SHARE = 0.75
 """Share of unified memory Metal lets one process wire (about macOS's
 ``recommendedMaxWorkingSetSize`` on most machines)."""

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from gateway.planner.devices import GIB, Device, DeviceKind
+from gateway.planner.devices import Device, DeviceKind, gib
 from gateway.planner.shape import ModelShape
 from policies.facts import FitClass
 
@@ -114,7 +114,7 @@ def plan_memory(
         gpu_layers=model.n_layers,
     )
     if plan.required_bytes <= plan.available_bytes:
-        return _with(plan, "fits", detail=f"uses {_gib(plan.required_bytes)} of {_gib_avail(plan)}")
+        return _with(plan, "fits", detail=f"uses {gib(plan.required_bytes)} of {_gib_avail(plan)}")
     free_for_kv = plan.available_bytes - plan.weights_bytes - overhead
     if per_token and free_for_kv >= per_token * min(ctx, MIN_CONTEXT):
         return _kv_spills(plan, free_for_kv)
@@ -151,9 +151,9 @@ def _offload(
     if layers == 0:
         return _with(plan, "does_not_fit", gpu_layers=0, detail=_short(plan, "not one block fits"))
     if host_bytes is not None and on_host > host_bytes:
-        detail = f"{layers}/{model.n_layers} blocks fit; host lacks {_gib(on_host - host_bytes)}"
+        detail = f"{layers}/{model.n_layers} blocks fit; host lacks {gib(on_host - host_bytes)}"
         return _with(plan, "does_not_fit", gpu_layers=layers, detail=detail)
-    detail = f"{layers}/{model.n_layers} blocks on device, {_gib(on_host)} weights on host"
+    detail = f"{layers}/{model.n_layers} blocks on device, {gib(on_host)} weights on host"
     return _with(plan, "partial_offload", gpu_layers=layers, detail=detail)
 
 
@@ -178,12 +178,8 @@ def _with(
 
 
 def _short(plan: MemoryPlan, why: str) -> str:
-    return f"needs {_gib(plan.required_bytes)} of {_gib_avail(plan)}: {why}"
-
-
-def _gib(n: float) -> str:
-    return f"{n / GIB:.2f} GiB"
+    return f"needs {gib(plan.required_bytes)} of {_gib_avail(plan)}: {why}"
 
 
 def _gib_avail(plan: MemoryPlan) -> str:
-    return _gib(plan.available_bytes)
+    return gib(plan.available_bytes)
