@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
@@ -27,6 +26,7 @@ from backends.llamacpp_sampling import (
     completion_logprobs,
 )
 from backends.llamacpp_text import CHATML_TEMPLATE, ChatTemplate
+from gateway.durations import UNIT_SECONDS, split_duration
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.protocol import (
     AssistantMessage,
@@ -50,8 +50,6 @@ from gateway.protocol import (
 from gateway.protocol.chat import FunctionCall
 
 DEMO_PREFIX = "demo:"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def _seconds(value: Any) -> Any:
@@ -60,10 +58,11 @@ def _seconds(value: Any) -> Any:
         raise ValueError("give a duration (seconds, or e.g. 30s, 5m, 1h), not true/false")
     if not isinstance(value, str):
         return value
-    match = _DURATION.match(value)
-    if match is None:
+    parsed = split_duration(value)
+    if parsed is None:
         raise ValueError(f"{value!r} is not a duration: give seconds, or e.g. 30s, 5m, 1h")
-    return float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
+    number, unit = parsed
+    return number * UNIT_SECONDS[unit or "s"]
 
 
 Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]

@@ -11,18 +11,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
+from gateway.durations import UNIT_SECONDS, split_duration
 from gateway.keys import KeyRecord, KeyRing
 from gateway.state import REDIS_URL_ENV, StateSettings, StateStore, StateUnavailable, open_store
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 NO_REDIS = (
     "virtual keys need shared state, and no Redis is configured. Pass --redis-url or set "
     f"{REDIS_URL_ENV} to the Redis your gateway uses. A gateway without Redis keeps its "
@@ -32,11 +30,11 @@ NO_REDIS = (
 
 
 def parse_duration(text: str) -> int:
-    """``90s``, ``15m``, ``12h``, ``30d``, ``2w`` as whole seconds."""
-    match = _DURATION.match(text.strip())
-    if match is None:
+    """``90s``, ``15m``, ``12h``, ``30d``, ``2w`` as whole seconds (the unit is required)."""
+    number, unit = split_duration(text) or (0.0, None)
+    if unit is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30d, 12h, 15m, 90s")
-    seconds = round(float(match.group(1)) * _UNIT_S[match.group(2)])
+    seconds = round(number * UNIT_SECONDS[unit])
     if seconds < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is shorter than one second")
     return seconds
