@@ -90,15 +90,13 @@ class EmbeddingModel:
     def _embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         llm = self._llm
         assert llm is not None, "embedding model used before start()"
-        for index, text in enumerate(texts):
-            count = len(llm.tokenize(text.encode("utf-8")))
-            if count > self._n_ctx:
-                raise ContextLengthExceededError(
-                    f"Input {index} has {count} tokens; this model embeds at most "
-                    f"{self._n_ctx} tokens per input.",
-                    param="input",
-                )
-        vectors, tokens = llm.embed(texts, normalize=True, truncate=False, return_count=True)
+        try:
+            vectors, tokens = llm.embed(texts, normalize=True, truncate=False, return_count=True)
+        except ValueError as exc:  # llama-cpp-python: an input longer than the batch (= n_ctx)
+            raise ContextLengthExceededError(
+                f"This model embeds at most {self._n_ctx} tokens per input ({exc}).",
+                param="input",
+            ) from None
         return vectors, int(tokens)
 
 
