@@ -1,23 +1,23 @@
 # syntax=docker/dockerfile:1
-# Switchyard gateway, CPU image: the gateway with its in-process llama.cpp engine.
-#   docker build -t switchyard:cpu .
-#   docker run --rm -p 127.0.0.1:8000:8000 -e SWITCHYARD_MASTER_KEY=sk-... switchyard:cpu
+# Shunter gateway, CPU image: the gateway with its in-process llama.cpp engine.
+#   docker build -t shunter:cpu .
+#   docker run --rm -p 127.0.0.1:8000:8000 -e SHUNTER_MASTER_KEY=sk-... shunter:cpu
 #       (embedded default: the demo model; without a key the gateway runs in open mode, which
 #       is meant for loopback only)
-#   docker run --rm switchyard:cpu worker --model /models/m.gguf --host 0.0.0.0   # any subcommand
-# The same image runs `switchyard worker` (docker-compose.yml's llama.cpp worker).
+#   docker run --rm shunter:cpu worker --model /models/m.gguf --host 0.0.0.0   # any subcommand
+# The same image runs `shunter worker` (docker-compose.yml's llama.cpp worker).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# ---- build: compile llama-cpp-python and install Switchyard into a venv -------------------
+# ---- build: compile llama-cpp-python and install Shunter into a venv -------------------
 FROM ${PYTHON_IMAGE} AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential cmake \
  && rm -rf /var/lib/apt/lists/*
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PATH=/opt/switchyard/bin:$PATH
-RUN python -m venv /opt/switchyard
+    PATH=/opt/shunter/bin:$PATH
+RUN python -m venv /opt/shunter
 WORKDIR /src
 
 # Dependencies first, read from pyproject.toml: llama.cpp compiles for minutes, so this layer
@@ -33,7 +33,7 @@ COPY README.md ./
 COPY gateway ./gateway
 COPY backends ./backends
 COPY policies ./policies
-RUN pip install --no-deps . && switchyard --help > /dev/null
+RUN pip install --no-deps . && shunter --help > /dev/null
 
 # ---- runtime -------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
@@ -41,16 +41,16 @@ FROM ${PYTHON_IMAGE}
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libgomp1 \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --user-group --create-home --home-dir /home/switchyard switchyard \
- && mkdir -p /models /etc/switchyard \
- && chown switchyard:switchyard /models
-COPY --from=build /opt/switchyard /opt/switchyard
-ENV PATH=/opt/switchyard/bin:$PATH \
+ && useradd --system --uid 10001 --user-group --create-home --home-dir /home/shunter shunter \
+ && mkdir -p /models /etc/shunter \
+ && chown shunter:shunter /models
+COPY --from=build /opt/shunter /opt/shunter
+ENV PATH=/opt/shunter/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    SWITCHYARD_MODEL_DIR=/models
+    SHUNTER_MODEL_DIR=/models
 USER 10001
-WORKDIR /home/switchyard
+WORKDIR /home/shunter
 EXPOSE 8000
 # Readiness, not liveness: 503 while the engine loads and while draining on SIGTERM.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
@@ -58,5 +58,5 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
 # SIGTERM: readiness turns 503 and in-flight streams drain for up to 30 s; give the container
 # a longer stop timeout (compose: stop_grace_period; Kubernetes: terminationGracePeriodSeconds).
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["switchyard"]
+ENTRYPOINT ["shunter"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -17,12 +17,13 @@ the work it started.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.planner import Device, MemoryPlan
 from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -44,6 +45,13 @@ class Price(BaseModel):
     usd_per_hour: float | None = Field(
         default=None, ge=0, description="for local engines: routing turns it into $/token"
     )
+
+
+def cost_usd(price: Price | None, prompt_tokens: int, completion_tokens: int) -> float:
+    """What a request cost at a deployment's price (0 when it has none)."""
+    if price is None:
+        return 0.0
+    return (prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m) / 1e6
 
 
 class Timeouts(BaseModel):
@@ -69,6 +77,11 @@ class DeploymentSettings(BaseModel):
     device: str | None = Field(default=None, description="where it runs, for memory planning")
     rpm: int | None = Field(default=None, ge=1, description="requests per minute, all replicas")
     tpm: int | None = Field(default=None, ge=1, description="tokens per minute, all replicas")
+
+    def memory_plan(self, devices: Mapping[str, Device]) -> MemoryPlan | str:
+        """How this deployment's model fits the device it runs on, among ``devices`` (by
+        name), or why there is no plan. Only a model held in this machine's memory has one."""
+        return "no local memory to plan"
 
 
 @dataclass(frozen=True)

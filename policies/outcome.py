@@ -93,7 +93,7 @@ class Decision:
         return [r.name for r in self.ranked]
 
     def reason(self, max_chars: int = REASON_MAX_CHARS) -> str:
-        """A one-line, ASCII reason, fit for an ``x-switchyard-route`` header."""
+        """A one-line, ASCII reason, fit for an ``x-shunter-route`` header."""
         chosen = self.chosen
         if chosen is None:
             text = "no candidate: " + "; ".join(self.remarks or ("all filtered out",))

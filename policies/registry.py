@@ -36,7 +36,7 @@ class Primitive:
 
 
 def builtin_primitives() -> dict[str, Primitive]:
-    """The primitives Switchyard ships, by name (a fresh dict: safe to extend)."""
+    """The primitives Shunter ships, by name (a fresh dict: safe to extend)."""
     classes: tuple[type[Step], ...] = (
         Healthy,
         Capable,

@@ -11,4 +11,5 @@ fi
 .venv/bin/ruff format --check gateway backends policies tests bench
 .venv/bin/ruff check gateway backends policies tests bench
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache  # the layer contracts in pyproject.toml
 .venv/bin/pytest -q "$@"

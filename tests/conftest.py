@@ -1,4 +1,4 @@
-"""Shared fixtures: a generated tiny GGUF and a real `switchyard serve` process."""
+"""Shared fixtures: a generated tiny GGUF and a real `shunter serve` process."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.demo_model import write_demo_model
+from gateway.models.demo import write_demo_model
 
 
 def free_port() -> int:
@@ -41,7 +41,7 @@ class Server:
 def start_server(
     config: Path, log_path: Path, timeout_s: float = 60.0, env: dict[str, str] | None = None
 ) -> Server:
-    """Start `switchyard serve` on a free loopback port and wait until it is ready."""
+    """Start `shunter serve` on a free loopback port and wait until it is ready."""
     port = free_port()
     command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
     with log_path.open("wb") as log_file:
@@ -82,7 +82,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def gateway_config(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("config") / "switchyard.yaml"
+    path = tmp_path_factory.mktemp("config") / "shunter.yaml"
     path.write_text(
         f"""
 deployments:

@@ -1,4 +1,4 @@
-"""Load generator for OpenAI-compatible chat endpoints (``switchyard bench``).
+"""Load generator for OpenAI-compatible chat endpoints (``shunter bench``).
 
 :mod:`~gateway.loadgen.workload` describes what to send (lengths, shared prefix, arrival
 pattern, bounds), :mod:`~gateway.loadgen.runner` sends it and times every request from its SSE

@@ -133,7 +133,7 @@ def summarize(run: LevelRun, slo: Slo | None = None) -> LevelSummary:
     )
 
 
-def render_table(summaries: Sequence[LevelSummary], title: str = "switchyard bench") -> Table:
+def render_table(summaries: Sequence[LevelSummary], title: str = "shunter bench") -> Table:
     """A rich table, one row per level."""
     from rich import box
     from rich.table import Table

@@ -2,7 +2,7 @@
 
 Read a model (:func:`shape_from_gguf`, :func:`shape_from_hf_config`), take a device
 (:class:`Device`, declared or from :func:`discover_devices`), and call
-:func:`plan_memory`; :func:`plan_table` renders plans for ``switchyard plan``. The plan's
+:func:`plan_memory`; :func:`plan_table` renders plans for ``shunter plan``. The plan's
 ``fit`` feeds ``CandidateFacts.fit`` (the ``fits_memory`` filter) and its ``gpu_layers``
 feeds ``gpu_layers: auto``.
 """

@@ -1,4 +1,4 @@
-"""Render memory plans as a ``rich`` table (what ``switchyard plan`` prints)."""
+"""Render memory plans as a ``rich`` table (what ``shunter plan`` prints)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ class Model(ResponseModel):
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=now)
-    owned_by: str = "switchyard"
+    owned_by: str = "shunter"
 
 
 class ModelList(ResponseModel):

@@ -1,7 +1,7 @@
 """Shared gateway state: one :class:`StateStore` interface, in-memory and Redis stores.
 
 :class:`StateSettings` says where state lives. With ``redis_url`` every replica (and the
-``switchyard keys`` command) shares one Redis; without it the gateway keeps its state in
+``shunter keys`` command) shares one Redis; without it the gateway keeps its state in
 process memory, which nothing else can see.
 """
 
@@ -23,7 +23,7 @@ from gateway.state.base import (
 )
 from gateway.state.memory import MemoryStateStore
 
-REDIS_URL_ENV = "SWITCHYARD_REDIS_URL"
+REDIS_URL_ENV = "SHUNTER_REDIS_URL"
 
 
 class StateSettings(BaseModel):
@@ -33,7 +33,7 @@ class StateSettings(BaseModel):
 
     redis_url: str | None = None
     redis_cluster: bool = False
-    key_prefix: str = Field(default="sy", pattern=r"^[A-Za-z0-9_.:-]+$")
+    key_prefix: str = Field(default="shunter", pattern=r"^[A-Za-z0-9_.:-]+$")
     timeout_s: float = Field(default=0.5, gt=0)
     probe_interval_s: float = Field(default=1.0, gt=0)
 
@@ -41,7 +41,7 @@ class StateSettings(BaseModel):
     def from_env(
         cls, environ: Mapping[str, str] | None = None, *, redis_url: str | None = None
     ) -> StateSettings:
-        """Settings from ``SWITCHYARD_REDIS_URL``; an explicit ``redis_url`` wins."""
+        """Settings from ``SHUNTER_REDIS_URL``; an explicit ``redis_url`` wins."""
         env = os.environ if environ is None else environ
         return cls(redis_url=redis_url or env.get(REDIS_URL_ENV) or None)
 

@@ -3,7 +3,7 @@
 * One Lua script per atomic operation; scripts read the clock with ``redis.call('TIME')``
   so replicas with skewed clocks still agree.
 * Redis Cluster safe: every script touches the keys of one scope only, and a scope's keys
-  share a hash tag (``sy:{key:abc}:requests``, ``sy:{key:abc}:tokens``), so one slot.
+  share a hash tag (``shunter:{key:abc}:requests``, ``shunter:{key:abc}:tokens``), so one slot.
   Key records all live under the ``{keys}`` tag.
 * Short socket timeouts and at most one immediate retry. When Redis fails, the store is
   marked down: it logs one warning per outage, counts it in :attr:`health`, raises
@@ -45,7 +45,7 @@ from gateway.state.base import (
 
 T = TypeVar("T")
 Client = Redis | RedisCluster
-log = structlog.get_logger("switchyard.state")
+log = structlog.get_logger("shunter.state")
 
 _OUTAGE = (
     ConnectionError,
@@ -167,7 +167,7 @@ class RedisStateStore(StateStore):
         self,
         client: Client,
         *,
-        prefix: str = "sy",
+        prefix: str = "shunter",
         probe_interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -23,22 +23,22 @@ KUBERNETES = DEPLOY / "kubernetes"
 DOCUMENTED_BACKEND_KINDS = frozenset({"llamacpp", "openai", "anthropic", "vllm"})
 # settings models of backends that may exist before the registry lists their kind
 _SETTINGS_MODELS = {
-    "openai": ("backends.openai_compat", "OpenAICompatSettings"),
-    "anthropic": ("backends.anthropic", "AnthropicSettings"),
-    "vllm": ("backends.vllm_settings", "VLLMSettings"),
+    "openai": ("backends.openai.backend", "OpenAICompatSettings"),
+    "anthropic": ("backends.anthropic.backend", "AnthropicSettings"),
+    "vllm": ("backends.vllm.settings", "VLLMSettings"),
 }
 
 
-def parse_switchyard(args: list[str]) -> argparse.Namespace:
-    """Parse a ``switchyard`` command line with the real CLI parser (fails on a bad flag)."""
-    from gateway.cli import _parser
+def parse_shunter(args: list[str]) -> argparse.Namespace:
+    """Parse a ``shunter`` command line with the real CLI parser (fails on a bad flag)."""
+    from gateway.cli.main import _parser
 
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
             return _parser().parse_args(args)
     except SystemExit:
-        raise AssertionError(f"switchyard {' '.join(args)}: {errors.getvalue()}") from None
+        raise AssertionError(f"shunter {' '.join(args)}: {errors.getvalue()}") from None
 
 
 def load_yaml(path: Path) -> Any:
@@ -52,7 +52,7 @@ def validate_routing(text: str, filename: str) -> GatewayConfig:
 
 
 def validate_routing_file(path: Path) -> GatewayConfig:
-    """Validate a routing file like ``switchyard serve --config`` does (:func:`load_config`)."""
+    """Validate a routing file like ``shunter serve --config`` does (:func:`load_config`)."""
     _check_backend_kinds(path.read_text(encoding="utf-8"), str(path))
     return load_config(path)
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import jsonschema
 import pytest
 
-from tests.deploy.common import DEPLOY, ROOT, load_yaml, parse_switchyard, validate_routing_file
+from tests.deploy.common import DEPLOY, ROOT, load_yaml, parse_shunter, validate_routing_file
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 SERVICES = {
@@ -77,11 +77,11 @@ def listen_port(service: dict[str, Any]) -> int:
     return int(match.group(1))
 
 
-def switchyard_invocations(service: dict[str, Any]) -> list[list[str]]:
-    """The argument lists of every ``switchyard`` the service's command runs, with shell
+def shunter_invocations(service: dict[str, Any]) -> list[list[str]]:
+    """The argument lists of every ``shunter`` the service's command runs, with shell
     variables expanded from the service's environment and the script's own assignments."""
     command = service["command"]
-    if service.get("entrypoint") is None:  # the image's ENTRYPOINT is switchyard
+    if service.get("entrypoint") is None:  # the image's ENTRYPOINT is shunter
         return [[interpolate(a) for a in command]]
     variables = {k: interpolate(str(v)) for k, v in service.get("environment", {}).items()}
     script = interpolate(" ".join(command) if isinstance(command, list) else command)
@@ -92,8 +92,8 @@ def switchyard_invocations(service: dict[str, Any]) -> list[list[str]]:
         if len(words) == 1 and re.fullmatch(r"\w+=.*", words[0]):
             name, _, value = words[0].partition("=")
             variables[name] = value
-        elif "switchyard" in words:
-            runs.append(words[words.index("switchyard") + 1 :])
+        elif "shunter" in words:
+            runs.append(words[words.index("shunter") + 1 :])
     return runs
 
 
@@ -230,15 +230,13 @@ def test_gpu_gateway_listens_where_it_is_checked(services: dict[str, dict[str, A
 
 
 def test_gateway_reaches_the_worker_it_routes_to(services: dict[str, dict[str, Any]]) -> None:
-    generate, worker = (
-        parse_switchyard(a) for a in switchyard_invocations(services["llamacpp-worker"])
-    )
+    generate, worker = (parse_shunter(a) for a in shunter_invocations(services["llamacpp-worker"]))
     # the demo model is written where the worker loads it, inside the named volume
     assert generate.out == worker.model
     volumes = dict(v.split(":")[::-1] for v in services["llamacpp-worker"]["volumes"])
     assert volumes[str(worker.model.parent)] == "worker-models"
     for directory in ("config", "config-gpu"):
-        routing = load_yaml(DEPLOY / directory / "switchyard.yaml")
+        routing = load_yaml(DEPLOY / directory / "shunter.yaml")
         for deployment in routing["deployments"]:
             if "base_url" not in deployment:
                 continue
@@ -271,10 +269,10 @@ def test_otel_variables_only_configure_otlp_export(
 
 
 @pytest.mark.parametrize("name", [*GATEWAYS, "llamacpp-worker"])
-def test_switchyard_commands_parse_and_stop_after_the_drain(
+def test_shunter_commands_parse_and_stop_after_the_drain(
     services: dict[str, dict[str, Any]], name: str
 ) -> None:
-    runs = [parse_switchyard(args) for args in switchyard_invocations(services[name])]
+    runs = [parse_shunter(args) for args in shunter_invocations(services[name])]
     server = runs[-1]  # demo-model (worker) runs first, then the long-running server
     assert server.host == "0.0.0.0" and server.port == listen_port(services[name])
     assert seconds(services[name]["stop_grace_period"]) > server.drain_timeout
@@ -311,7 +309,7 @@ def test_prometheus_scrapes_the_gateway_and_the_collector(
     config_file = PurePosixPath(config_arg.split("=", 1)[1])
     assert (bind_mounts(service)[str(config_file.parent)] / config_file.name).is_file()
     targets = _prometheus_targets()
-    assert sorted(targets["switchyard"]) == sorted(
+    assert sorted(targets["shunter"]) == sorted(
         f"{gateway}:{listen_port(services[gateway])}" for gateway in GATEWAYS
     )
     config = collector_config()
@@ -335,7 +333,7 @@ def test_grafana_is_provisioned(services: dict[str, dict[str, Any]]) -> None:
     url = urlsplit(datasource["url"])
     assert url.hostname == "prometheus"
     assert f"127.0.0.1:{url.port}/" in healthcheck_text(services["prometheus"])
-    providers = load_yaml(DEPLOY / "grafana/provisioning/dashboards/switchyard.yaml")
+    providers = load_yaml(DEPLOY / "grafana/provisioning/dashboards/shunter.yaml")
     (provider,) = providers["providers"]
     dashboards_dir = mounts[provider["options"]["path"]]
     assert dashboards_dir == DEPLOY / "grafana" / "dashboards"

@@ -1,6 +1,6 @@
 """Dockerfile, Dockerfile.gpu and deploy/otel/Dockerfile, checked without a Docker engine:
 instructions parse, every build-context file exists and survives .dockerignore, and the images
-run the `switchyard` console script as a non-root user with a healthcheck."""
+run the `shunter` console script as a non-root user with a healthcheck."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.common import DEPLOY, ROOT, load_yaml, parse_switchyard
+from tests.deploy.common import DEPLOY, ROOT, load_yaml, parse_shunter
 from tests.deploy.dockerfile import (
     Dockerfile,
     DockerIgnore,
@@ -62,23 +62,23 @@ def test_parses_and_copies_only_existing_context_files(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(GATEWAY_IMAGES))
-def test_gateway_image_runs_switchyard_as_non_root(name: str) -> None:
+def test_gateway_image_runs_shunter_as_non_root(name: str) -> None:
     dockerfile = parse(ROOT / name)
     final = dockerfile.final
     user = final.last("USER")
     assert user is not None and user.value.split(":")[0] not in ("root", "0")
     entrypoint, cmd = final.last("ENTRYPOINT"), final.last("CMD")
     assert entrypoint is not None and cmd is not None
-    assert entrypoint.exec_form == ["switchyard"]
-    assert pyproject()["project"]["scripts"]["switchyard"] == "gateway.cli:main"
+    assert entrypoint.exec_form == ["shunter"]
+    assert pyproject()["project"]["scripts"]["shunter"] == "gateway.cli:main"
     assert cmd.exec_form is not None and cmd.exec_form[0] == "serve"
-    args = parse_switchyard(cmd.exec_form)
+    args = parse_shunter(cmd.exec_form)
     assert args.host == "0.0.0.0"
     port = args.port
     exposed = {int(p.split("/")[0]) for e in final.all("EXPOSE") for p in e.value.split()}
     assert exposed == {port}
     assert healthcheck_url(dockerfile) == (port, "/health/readiness")
-    assert "SWITCHYARD_MODEL_DIR=/models" in " ".join(e.value for e in final.all("ENV"))
+    assert "SHUNTER_MODEL_DIR=/models" in " ".join(e.value for e in final.all("ENV"))
 
 
 @pytest.mark.parametrize("name", sorted(GATEWAY_IMAGES))

@@ -21,7 +21,7 @@ import kubernetes_validate.utils
 import pytest
 from kubernetes_validate.utils import all_versions
 
-from tests.deploy.common import KUBERNETES, parse_switchyard, validate_routing
+from tests.deploy.common import KUBERNETES, parse_shunter, validate_routing
 from tests.deploy.kustomize import (
     CLUSTER_SCOPED_KINDS,
     Resource,
@@ -31,9 +31,9 @@ from tests.deploy.kustomize import (
 )
 
 BUILDS = ("base", "overlays/cpu", "overlays/gpu")
-NAMESPACE = "switchyard"
-GATEWAY = "switchyard-gateway"
-SECRET = "switchyard-api-keys"
+NAMESPACE = "shunter"
+GATEWAY = "shunter-gateway"
+SECRET = "shunter-api-keys"
 SHUTDOWN_MARGIN_S = 10  # engines release memory and the process exits after the drain
 MIN_STARTUP_WINDOW_S = {"cpu": 120, "gpu": 900}  # model load (GPU: download + CUDA graphs)
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -156,7 +156,7 @@ def test_probes_and_shutdown_arithmetic(name: str) -> None:
     pod = gateway_pod(name)
     container = gateway_container(name)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    args = parse_switchyard(container["args"])
+    args = parse_shunter(container["args"])
     assert ports["http"] == args.port and args.host == "0.0.0.0"
     drain_s = args.drain_timeout
     paths = {}
@@ -190,7 +190,7 @@ def test_probes_and_shutdown_arithmetic(name: str) -> None:
 def test_routing_config_map_is_a_live_directory_mount(name: str) -> None:
     pod = gateway_pod(name)
     container = gateway_container(name)
-    config_path = PurePosixPath(parse_switchyard(container["args"]).config)
+    config_path = PurePosixPath(parse_shunter(container["args"]).config)
     (volume,) = [v for v in pod["volumes"] if "configMap" in v]
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
     # no subPath: the kubelet only updates files of a directory mount
@@ -204,7 +204,7 @@ def test_routing_config_map_is_a_live_directory_mount(name: str) -> None:
 @pytest.mark.parametrize("name", ("base", "overlays/cpu"))
 def test_cpu_variant_uses_the_cpu_image_and_no_gpu(name: str) -> None:
     container = gateway_container(name)
-    assert container["image"].split(":")[0] == "switchyard"
+    assert container["image"].split(":")[0] == "shunter"
     assert "nvidia.com/gpu" not in json.dumps(container["resources"])
     assert gateway_pod(name)["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -213,7 +213,7 @@ def test_cpu_variant_uses_the_cpu_image_and_no_gpu(name: str) -> None:
 def test_gpu_variant() -> None:
     pod = gateway_pod("overlays/gpu")
     container = gateway_container("overlays/gpu")
-    assert container["image"].split(":")[0] == "switchyard-gpu"
+    assert container["image"].split(":")[0] == "shunter-gpu"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["resources"]["requests"]["nvidia.com/gpu"] == 1
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
@@ -222,8 +222,8 @@ def test_gpu_variant() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert env["SWITCHYARD_MODEL_DIR"] == mounts["models"]
-    assert env["HF_HOME"].startswith(env["SWITCHYARD_MODEL_DIR"] + "/")
+    assert env["SHUNTER_MODEL_DIR"] == mounts["models"]
+    assert env["HF_HOME"].startswith(env["SHUNTER_MODEL_DIR"] + "/")
     # the model cache is the PVC, and only the PVC (the base's emptyDir was removed)
     assert set(volumes["models"]) == {"name", "persistentVolumeClaim"}
     claim = find(
@@ -233,7 +233,7 @@ def test_gpu_variant() -> None:
     )
     assert claim["spec"]["resources"]["requests"]["storage"]
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory" and mounts["dshm"] == "/dev/shm"
-    routing = find("overlays/gpu", "ConfigMap", "switchyard-config")["data"]["switchyard.yaml"]
+    routing = find("overlays/gpu", "ConfigMap", "shunter-config")["data"]["shunter.yaml"]
     assert "backend: vllm" in routing
     strategy = find("overlays/gpu", "Deployment", GATEWAY)["spec"]["strategy"]
     assert strategy["rollingUpdate"]["maxSurge"] == 0, "no spare GPU for a surge pod"
@@ -278,7 +278,7 @@ def test_selectors_and_references_resolve(name: str) -> None:
     assert budget["spec"]["selector"] == find(name, "Deployment", GATEWAY)["spec"]["selector"]
     assert "minAvailable" not in budget["spec"], "minAvailable blocks drains at one replica"
     env = {e["name"]: e.get("value") for e in gateway_container(name)["env"]}
-    redis_url = urlsplit(env["SWITCHYARD_REDIS_URL"])
+    redis_url = urlsplit(env["SHUNTER_REDIS_URL"])
     redis = find(name, "Service", str(redis_url.hostname))
     assert redis_url.port in {p["port"] for p in redis["spec"]["ports"]}
 
@@ -304,7 +304,7 @@ def test_autoscaling_on_queue_depth(name: str) -> None:
     (trigger,) = spec["triggers"]
     assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
     query = trigger["metadata"]["query"]
-    assert query.startswith("sum(switchyard_queue_depth{")
+    assert query.startswith("sum(shunter_queue_depth{")
     # the labels Prometheus attaches to what the ServiceMonitor scrapes
     labels = dict(_PROMQL_LABEL.findall(query))
     assert labels == {"namespace": scaled["metadata"]["namespace"], "service": GATEWAY}

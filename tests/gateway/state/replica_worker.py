@@ -11,8 +11,8 @@ import asyncio
 import json
 import sys
 
-from gateway.keys import KeyRing
-from gateway.limits import Limiter, LimitExceededError, RateLimit
+from gateway.admission.keys import KeyRing
+from gateway.admission.limits import Limiter, LimitExceededError, RateLimit
 from gateway.state.redis import RedisStateStore
 
 

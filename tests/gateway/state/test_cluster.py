@@ -9,8 +9,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from gateway.keys import KeyRing
-from gateway.limits import Budgets, Limiter, RateLimit
+from gateway.admission.keys import KeyRing
+from gateway.admission.limits import Budgets, Limiter, RateLimit
 from gateway.state import StateSettings, open_store
 from gateway.state.redis import RedisStateStore
 from tests.redis_server import RedisServer, start_redis

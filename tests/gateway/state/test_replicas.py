@@ -8,9 +8,9 @@ import sys
 from asyncio.subprocess import PIPE
 from pathlib import Path
 
-from gateway.admission import Admission, RequestFacts
-from gateway.keys import KeyRing
-from gateway.limits import Budgets, Limiter, LimitExceededError
+from gateway.admission.admit import Admission, RequestFacts
+from gateway.admission.keys import KeyRing
+from gateway.admission.limits import Budgets, Limiter, LimitExceededError
 from gateway.state.redis import RedisStateStore
 from tests.redis_server import RedisServer
 

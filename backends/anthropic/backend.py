@@ -1,0 +1,227 @@
+"""Anthropic's Messages API behind the OpenAI chat contract, streaming included.
+
+The translation lives in :mod:`backends.anthropic.wire` (requests and whole answers) and
+:mod:`backends.anthropic.stream` (stream events); this module holds the settings, the
+HTTP calls and the error mapping. Anthropic errors (``{"type": "error", "error": {type,
+message}}``) map by status as every upstream's do (:func:`backends.http.plumbing.error_for_status`),
+with 529 ``overloaded_error`` → 503 + retry-after; errors sent as stream events map by
+their type through the same table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AbstractContextManager, aclosing
+from typing import Any, Literal
+
+import httpx
+from pydantic import Field
+
+from backends.anthropic.stream import StreamTranslator
+from backends.anthropic.wire import from_message, to_messages_request
+from backends.base import Capabilities, LiveStats
+from backends.http.plumbing import (
+    HTTPDeploymentSettings,
+    annotate,
+    encode_json,
+    error_for_status,
+    load_json,
+    map_transport_errors,
+    parse_event,
+    protocol_error,
+    read_api_key,
+)
+from backends.http.upstream import Upstream, make_upstream
+from gateway.errors import GatewayError, InvalidRequestError
+from gateway.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+)
+
+MESSAGES_PATH = "v1/messages"
+# the HTTP status Anthropic uses for each error type (docs.claude.com/en/api/errors)
+ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+class AnthropicSettings(HTTPDeploymentSettings):
+    """One deployment behind Anthropic's Messages API (or a server that speaks it)."""
+
+    backend: Literal["anthropic"]
+    base_url: str = "https://api.anthropic.com"
+    api_key_env: str | None = "ANTHROPIC_API_KEY"
+    anthropic_version: str = "2023-06-01"
+    default_max_tokens: int = Field(default=4096, ge=1)
+    tools: bool = True
+    images: bool = True
+
+
+class AnthropicBackend:
+    """A :class:`~backends.base.Backend` for chat; legacy completions are refused."""
+
+    def __init__(
+        self, settings: AnthropicSettings, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self._settings = settings
+        self._transport = transport
+        self._upstream: Upstream | None = None
+        self._in_flight = 0
+
+    @property
+    def name(self) -> str:
+        return self._settings.name
+
+    @property
+    def settings(self) -> AnthropicSettings:
+        return self._settings
+
+    @property
+    def capabilities(self) -> Capabilities:
+        s = self._settings
+        return Capabilities(
+            chat=True,
+            completions=False,
+            embeddings=False,
+            tools=s.tools,
+            json_schema=False,
+            images=s.images,
+            context_length=s.context_length,
+        )
+
+    async def start(self) -> None:
+        """Read the API key and open the connection pool."""
+        if self._upstream is not None:
+            return
+        headers = {"anthropic-version": self._settings.anthropic_version}
+        key = read_api_key(self._settings.api_key_env)
+        if key:
+            headers["x-api-key"] = key
+        self._upstream = make_upstream(self._settings, headers, self._transport)
+
+    async def aclose(self) -> None:
+        """Close the pool; streams still open are cut."""
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            await upstream.aclose()
+
+    def stats(self) -> LiveStats:
+        return LiveStats(in_flight=self._in_flight)
+
+    async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
+        """One chat completion through ``POST /v1/messages``."""
+        body = encode_json(self._to_wire(request, stream=False))
+        upstream = self._require_upstream()
+        self._in_flight += 1
+        try:
+            content = await upstream.post(MESSAGES_PATH, body, self._settings.timeouts.total_s)
+        finally:
+            self._in_flight -= 1
+        return self._from_wire(content)
+
+    async def chat_stream(
+        self, request: ChatCompletionRequest
+    ) -> AsyncIterator[ChatCompletionChunk]:
+        """Yield OpenAI chunks; the last has ``choices == []`` and ``usage``."""
+        translator = StreamTranslator(self._settings.model)
+        events = self._events(self._to_wire(request, stream=True))
+        async with aclosing(events):
+            async for event in events:
+                try:
+                    chunk = translator.feed(event)
+                except (KeyError, TypeError, AttributeError):
+                    raise protocol_error(
+                        self.name, f"sent a malformed {event.get('type')}"
+                    ) from None
+                if chunk is not None:
+                    yield chunk
+        yield translator.final()
+
+    async def completion(self, request: CompletionRequest) -> Completion:
+        """Refused: this backend serves chat only."""
+        raise self._chat_only()
+
+    async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+        """Refused: this backend serves chat only."""
+        raise self._chat_only()
+        yield  # unreachable; makes this an async generator
+
+    # --- wire ----------------------------------------------------------------------------
+
+    def _to_wire(self, request: ChatCompletionRequest, *, stream: bool) -> dict[str, Any]:
+        s = self._settings
+        try:
+            return to_messages_request(
+                request, model=s.model, default_max_tokens=s.default_max_tokens, stream=stream
+            )
+        except InvalidRequestError as exc:
+            raise annotate(exc, counts_as_failure=False) from None
+
+    def _from_wire(self, content: bytes) -> ChatCompletion:
+        data = load_json(content, self.name)
+        try:
+            return from_message(data)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise protocol_error(self.name, "sent a malformed message") from None
+
+    def _map_errors(self) -> AbstractContextManager[None]:
+        """Transport failures (connect, timeout, reset) onto gateway.errors."""
+        return map_transport_errors(self.name)
+
+    def _event_error(self, event: dict[str, Any]) -> GatewayError:
+        """An ``error`` event in a stream, mapped by its type (overloaded → 503)."""
+        error = event.get("error")
+        kind = error.get("type") if isinstance(error, dict) else None
+        status = ERROR_STATUS.get(kind or "", 500)
+        return error_for_status(self.name, status, json.dumps(event), {})
+
+    def _chat_only(self) -> GatewayError:
+        exc = InvalidRequestError(
+            f"deployment {self.name} serves chat only; use /v1/chat/completions"
+        )
+        return annotate(exc, counts_as_failure=False)
+
+    def _require_upstream(self) -> Upstream:
+        if self._upstream is None:
+            raise RuntimeError(f"backend {self.name} is not started")
+        return self._upstream
+
+    async def _events(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
+        """Yield decoded stream events up to ``message_stop``; a stream without it is an error."""
+        upstream = self._require_upstream()
+        self._in_flight += 1
+        try:
+            with self._map_errors():
+                async with upstream.stream(
+                    MESSAGES_PATH, encode_json(body), self._settings.timeouts
+                ) as frames:
+                    async for batch in frames:
+                        for frame in batch:
+                            _, data = parse_event(frame)
+                            if not data:
+                                continue
+                            event = load_json(data, self.name)
+                            kind = event.get("type") if isinstance(event, dict) else None
+                            if kind == "error":
+                                raise self._event_error(event)
+                            if kind == "message_stop":
+                                await frames.finish()
+                                return
+                            if kind is not None:
+                                yield event
+            raise protocol_error(self.name, "stream ended before message_stop")
+        finally:
+            self._in_flight -= 1

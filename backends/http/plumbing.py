@@ -1,0 +1,371 @@
+"""Shared plumbing for backends that call a remote HTTP API.
+
+* :class:`HTTPDeploymentSettings`: where an upstream lives and how long to wait for it;
+* :class:`FrameStream` / :func:`iter_frame_batches`: a streamed body split into SSE events
+  without decoding them (the connection itself is :mod:`backends.http.upstream`);
+* :func:`error_for_status` / :func:`error_for_transport`: upstream failures onto
+  :mod:`gateway.errors`.
+
+Every error raised from here has ``counts_as_failure`` set (declared on ``GatewayError``):
+True for connect errors, timeouts, cut streams, bad upstream JSON, 401/402/403/408/429/5xx;
+False for 400/404/413/422, which the client's request caused. Errors mapped from a status
+also keep ``upstream_status`` and ``upstream_body`` (declared on ``UpstreamError``, set on
+the other classes too; read them with :func:`upstream_status`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+from pydantic import Field
+
+from backends.base import DeploymentSettings, Timeouts
+from backends.http import h1
+from gateway.errors import (
+    ContextLengthExceededError,
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    NotFoundError,
+    RateLimitError,
+    ServiceUnavailableError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+
+USER_AGENT = "shunter/0.1"
+# what upstreams say when a prompt does not fit: OpenAI/vLLM ("maximum context length"),
+# Anthropic ("prompt is too long"), llama-server ("exceeds the available context size")
+_CONTEXT_LENGTH = re.compile(
+    r"maximum context length|prompt is too long|exceeds the available context size"
+    r"|context_length_exceeded",
+    re.IGNORECASE,
+)
+_BODY_LIMIT = 4096
+
+
+def first_byte_limit(timeouts: Timeouts) -> float | None:
+    """Seconds a stream may wait for its first byte: ``first_token_s`` capped by ``total_s``."""
+    return smallest(timeouts.first_token_s, timeouts.total_s)
+
+
+def smallest(*limits: float | None) -> float | None:
+    """The tightest of some time limits (``None``: no limit)."""
+    present = [t for t in limits if t is not None]
+    return min(present) if present else None
+
+
+class HTTPDeploymentSettings(DeploymentSettings):
+    """Fields shared by deployments behind a remote HTTP API."""
+
+    base_url: str = Field(min_length=1)
+    api_key_env: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    context_length: int | None = Field(default=None, ge=1)
+    max_connections: int = Field(default=1024, ge=1)
+
+
+def read_api_key(env_name: str | None) -> str | None:
+    """The key held in ``env_name``; ``RuntimeError`` if the variable is named but unset."""
+    if env_name is None:
+        return None
+    key = os.environ.get(env_name)
+    if not key:
+        raise RuntimeError(f"environment variable {env_name} (api_key_env) is not set")
+    return key
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+def annotate(
+    exc: GatewayError,
+    *,
+    counts_as_failure: bool,
+    upstream_status: int | None = None,
+    upstream_body: str | None = None,
+) -> GatewayError:
+    """Mark ``exc`` for the breaker and keep what the upstream said (status, body)."""
+    exc.counts_as_failure = counts_as_failure
+    if upstream_status is not None or upstream_body is not None:
+        exc.upstream_status, exc.upstream_body = upstream_status, upstream_body
+    return exc
+
+
+def counts_as_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` counts against the deployment (breaker, fallback); see error_for_status."""
+    return exc.counts_as_failure if isinstance(exc, GatewayError) else True
+
+
+def upstream_status(exc: BaseException) -> int | None:
+    """The HTTP status the upstream answered with, if there was one."""
+    value = getattr(exc, "upstream_status", None)
+    return value if isinstance(value, int) else None
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``retry-after-ms`` (preferred) or ``retry-after`` (seconds or HTTP date), in seconds."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_details(body: str) -> tuple[str | None, str | None, str | None]:
+    """``(message, code, type)`` from an OpenAI or Anthropic error body, when present."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, None, None
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, str):
+        return err, None, None
+    if not isinstance(err, dict):
+        return None, None, None
+    message, code, kind = err.get("message"), err.get("code"), err.get("type")
+    return (
+        message if isinstance(message, str) else None,
+        code if isinstance(code, str) else None,
+        kind if isinstance(kind, str) else None,
+    )
+
+
+def _client_error(status: int, message: str, code: str | None) -> GatewayError:
+    if status == 404:
+        cls404 = ModelNotFoundError if code == "model_not_found" else NotFoundError
+        return cls404(message, code=code)
+    if status == 413:
+        return InvalidRequestError(message, code=code or "request_too_large")
+    if code == "context_length_exceeded" or _CONTEXT_LENGTH.search(message):
+        return ContextLengthExceededError(message)
+    return InvalidRequestError(message, code=code)
+
+
+def error_for_status(
+    deployment: str, status: int, body: str, headers: Mapping[str, str]
+) -> GatewayError:
+    """Map an upstream error response onto the gateway's error tree.
+
+    400/404/413/422: the client's fault, passed on, not a deployment failure.
+    401/402/403: our credentials or account, 502 with ``x-should-retry: false``.
+    408: 504. 429: 429 with retry-after. 529: 503 with retry-after. Other: 502.
+    """
+    body = body[:_BODY_LIMIT]
+    retry_after = retry_after_seconds(headers)
+    upstream_msg, code, _ = error_details(body)
+    detail = upstream_msg or body[:300] or "(empty body)"
+    exc: GatewayError
+    counts = True
+    if status in (400, 404, 413, 422):
+        exc, counts = _client_error(status, upstream_msg or detail, code), False
+    elif status in (401, 402, 403):
+        exc = UpstreamError(
+            f"upstream {deployment} rejected the gateway's credentials or account "
+            f"(HTTP {status}): {detail}; check the deployment's API key",
+            upstream_status=status,
+            upstream_body=body,
+            should_retry=False,
+        )
+    elif status == 408:
+        exc = UpstreamTimeoutError(f"upstream {deployment} timed out (HTTP 408): {detail}")
+    elif status == 429:
+        no_retry = code == "insufficient_quota"
+        exc = RateLimitError(
+            f"upstream {deployment} is rate limited: {detail}",
+            code=code or "rate_limit_exceeded",
+            retry_after=retry_after,
+            should_retry=False if no_retry else None,
+        )
+    elif status == 529:
+        exc = ServiceUnavailableError(
+            f"upstream {deployment} is overloaded: {detail}",
+            retry_after=retry_after if retry_after is not None else 1.0,
+        )
+    else:
+        exc = UpstreamError(
+            f"upstream {deployment} failed (HTTP {status}): {detail}",
+            upstream_status=status,
+            upstream_body=body,
+            retry_after=retry_after,
+        )
+    return annotate(exc, counts_as_failure=counts, upstream_status=status, upstream_body=body)
+
+
+def error_for_transport(deployment: str, exc: Exception) -> GatewayError:
+    """Map a transport (httpx, :mod:`backends.http.h1`) or deadline failure onto the error tree."""
+    out: GatewayError
+    if isinstance(exc, httpx.PoolTimeout | h1.PoolTimeout):
+        out = ServiceUnavailableError(f"no free connection to upstream {deployment}")
+    elif isinstance(exc, httpx.TimeoutException | TimeoutError):
+        out = UpstreamTimeoutError(f"upstream {deployment} timed out ({type(exc).__name__})")
+    elif isinstance(exc, httpx.ConnectError | h1.ConnectError):
+        out = ServiceUnavailableError(f"cannot connect to upstream {deployment}: {exc}")
+    else:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        out = UpstreamError(f"connection to upstream {deployment} failed ({detail})")
+    return annotate(out, counts_as_failure=True)
+
+
+def timeout_error(deployment: str, what: str) -> GatewayError:
+    """A deadline of ours ran out."""
+    exc = UpstreamTimeoutError(f"upstream {deployment}: {what}")
+    return annotate(exc, counts_as_failure=True)
+
+
+def protocol_error(deployment: str, what: str) -> GatewayError:
+    """The upstream broke the wire protocol (bad JSON, a stream cut short)."""
+    return annotate(UpstreamError(f"upstream {deployment}: {what}"), counts_as_failure=True)
+
+
+# --- streams --------------------------------------------------------------------------
+
+
+class FrameStream:
+    """The SSE frames of one streamed response, in batches: the frames that one read of
+    the socket completed (see :func:`iter_frame_batches`), so that frames which arrived
+    together can be written on together."""
+
+    def __init__(
+        self,
+        first: bytes,
+        chunks: AsyncIterator[bytes],
+        deployment: str,
+        deadline: float | None,
+        body_read: Callable[[], bool] | None = None,
+    ) -> None:
+        self._chunks = chunks
+        self._frames = iter_frame_batches(first, chunks, deployment, deadline)
+        self._body_read = body_read
+
+    def __aiter__(self) -> AsyncIterator[list[bytes]]:
+        return self._frames
+
+    async def finish(self) -> None:
+        """The end marker was seen: read the rest so the connection goes back to the pool
+        (nothing to read when ``body_read`` says the body has all arrived)."""
+        await self._frames.aclose()
+        if self._body_read is None or not self._body_read():
+            await drain(self._chunks)
+        elif isinstance(self._chunks, AsyncGenerator):
+            await self._chunks.aclose()
+
+
+@contextlib.contextmanager
+def map_transport_errors(deployment: str) -> Iterator[None]:
+    """httpx failures and stray deadlines onto gateway.errors (see error_for_transport)."""
+    try:
+        yield
+    except (httpx.HTTPError, h1.H1Error, TimeoutError) as exc:
+        raise error_for_transport(deployment, exc) from exc
+
+
+async def iter_frame_batches(
+    first: bytes, chunks: AsyncIterator[bytes], deployment: str, deadline: float | None
+) -> AsyncGenerator[list[bytes], None]:
+    """Split a byte stream into SSE events (their lines, without the blank line ending
+    each), one list per read that completed at least one event.
+
+    ``deadline`` is a loop time; it is checked after every read (reads themselves are
+    bounded by the client's read timeout), so a stream never runs far past ``total_s``.
+    """
+    loop = asyncio.get_running_loop()
+    buffer = b""
+    chunk = first
+    while True:
+        buffer += chunk
+        if b"\r" in buffer:  # CRLF line ends, possibly split across reads
+            buffer = buffer.replace(b"\r\n", b"\n")
+        if b"\n\n" in buffer:
+            *frames, buffer = buffer.split(b"\n\n")
+            batch = [frame for frame in frames if frame]
+            if batch:
+                yield batch
+        if deadline is not None and loop.time() > deadline:
+            raise timeout_error(deployment, "stream exceeded its total timeout")
+        next_chunk = await anext(chunks, None)
+        if next_chunk is None:
+            break
+        chunk = next_chunk
+    if buffer.strip():
+        yield [buffer.rstrip(b"\n")]
+
+
+async def drain(chunks: AsyncIterator[bytes], limit_s: float = 1.0) -> None:
+    """Read what is left of a body (after ``[DONE]``) so its connection can be reused.
+
+    Failures and a slow tail are ignored: the answer is complete, and the response's
+    close then drops the connection instead of pooling it.
+    """
+    with contextlib.suppress(httpx.HTTPError, h1.H1Error, TimeoutError):
+        async with asyncio.timeout(limit_s):
+            async for _ in chunks:
+                pass
+
+
+def data_frame(frame: bytes) -> bytes | None:
+    """``frame`` as one ``data: ...`` line (OpenAI's shape, returned as is), or ``None``.
+
+    Frames with ``event:``, comment or several ``data`` lines are rebuilt as one line;
+    frames without data (comments, keep-alives) give ``None``.
+    """
+    if frame.startswith(b"data:") and b"\n" not in frame:
+        return frame
+    _, data = parse_event(frame)
+    return b"data: " + data.encode() if data else None
+
+
+def parse_event(frame: bytes) -> tuple[str | None, str]:
+    """``(event, data)`` of a general SSE frame; comment lines are skipped."""
+    event: str | None = None
+    data: list[str] = []
+    for line in frame.decode("utf-8").split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            event = value
+        elif field == "data":
+            data.append(value)
+    return event, "\n".join(data)
+
+
+def estimate_tokens(chars: int) -> int:
+    """Tokens for ``chars`` characters when the upstream reports none: about 4 per token."""
+    return (chars + 3) // 4
+
+
+def encode_json(body: Any) -> bytes:
+    """A request body as compact UTF-8 JSON."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def load_json(data: bytes | str, deployment: str) -> Any:
+    """``json.loads`` that reports bad upstream JSON as an upstream failure."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise protocol_error(deployment, "sent invalid JSON") from None

@@ -1,0 +1,253 @@
+"""The connection to one remote API: whole answers and SSE streams under a deployment's
+deadlines, with failures already mapped onto :mod:`gateway.errors`.
+
+Two implementations of :class:`Upstream`:
+
+* :class:`H1Upstream` (what deployments use): the pooled HTTP/1.1 client of
+  :mod:`backends.http.h1`, about 25 times less CPU per request than httpx;
+* :class:`HttpxUpstream`: httpx, used when the environment names a proxy for the
+  upstream (see :func:`proxied`) and when a test hands the backend an ``httpx`` transport
+  (``httpx.MockTransport`` stands in for a managed API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import httpx
+
+from backends.base import Timeouts
+from backends.http import h1
+from backends.http.plumbing import (
+    USER_AGENT,
+    FrameStream,
+    HTTPDeploymentSettings,
+    error_for_status,
+    error_for_transport,
+    first_byte_limit,
+    load_json,
+    smallest,
+    timeout_error,
+)
+
+_KEEPALIVE_S = 30.0
+
+
+class Upstream(Protocol):
+    """One remote API, pooled; every error raised is a :class:`gateway.errors.GatewayError`
+    except those raised while the caller iterates a stream (map them with
+    :func:`backends.http.plumbing.map_transport_errors`)."""
+
+    async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
+        """POST a JSON ``body``; the answer's bytes, or the upstream's error mapped."""
+        ...
+
+    def stream(
+        self, path: str, body: bytes, timeouts: Timeouts
+    ) -> AbstractAsyncContextManager[FrameStream]:
+        """POST a streaming request and iterate its SSE frames: the first byte within
+        ``first_token_s``, each later read as well, the whole stream within ``total_s``."""
+        ...
+
+    async def get_json(self, path: str, timeout_s: float) -> Any:
+        """GET ``path`` and decode its JSON."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def make_upstream(
+    settings: HTTPDeploymentSettings,
+    headers: Mapping[str, str],
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Upstream:
+    """The pooled connection for one deployment. httpx when ``transport`` is given, or when
+    the environment sends this upstream through a proxy (``HTTP_PROXY``, ``HTTPS_PROXY``,
+    ``ALL_PROXY``; hosts in ``NO_PROXY`` go direct), which the fast client does not speak."""
+    if transport is not None or proxied(settings.base_url):
+        return HttpxUpstream(settings, headers, transport)
+    return H1Upstream(settings, headers)
+
+
+def proxied(url: str) -> bool:
+    """Whether the proxy environment variables route ``url`` through a proxy."""
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(parts.hostname or "")
+
+
+def _headers(settings: HTTPDeploymentSettings, headers: Mapping[str, str]) -> dict[str, str]:
+    """What every request to the upstream carries; the deployment's own headers win."""
+    defaults = {"user-agent": USER_AGENT, "content-type": "application/json"}
+    return {**defaults, **headers, **settings.headers}
+
+
+class H1Upstream:
+    """:class:`Upstream` over :class:`backends.http.h1.H1Pool`."""
+
+    def __init__(self, settings: HTTPDeploymentSettings, headers: Mapping[str, str]) -> None:
+        self._name = settings.name
+        self._connect_s = settings.timeouts.connect_s
+        self._pool = h1.H1Pool(
+            settings.base_url,
+            _headers(settings, headers),
+            max_connections=settings.max_connections,
+            keepalive_expiry=_KEEPALIVE_S,
+        )
+
+    async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
+        return await self._whole("POST", path, body, total_s, self._connect_s)
+
+    async def _whole(
+        self, method: str, path: str, body: bytes, total_s: float | None, connect_s: float | None
+    ) -> bytes:
+        try:
+            async with asyncio.timeout(total_s):
+                response = await self._pool.request(method, path, body, connect_timeout=connect_s)
+                content = await response.read()
+        except h1.H1Error as exc:
+            raise error_for_transport(self._name, exc) from exc
+        except TimeoutError:
+            raise timeout_error(self._name, f"no answer within {total_s}s") from None
+        if response.is_error:
+            text = content.decode(errors="replace")
+            raise error_for_status(self._name, response.status, text, response.headers)
+        return content
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, body: bytes, timeouts: Timeouts
+    ) -> AsyncIterator[FrameStream]:
+        first_byte_s = first_byte_limit(timeouts)
+        deadline = _deadline(timeouts.total_s)
+        connect_s = smallest(self._connect_s, first_byte_s)
+        try:
+            response = await self._pool.request(
+                "POST",
+                path,
+                body,
+                headers={"accept": "text/event-stream"},
+                connect_timeout=connect_s,
+                head_timeout=first_byte_s,
+                read_timeout=first_byte_s,
+            )
+        except h1.ReadTimeout:
+            raise timeout_error(self._name, f"no response within {first_byte_s}s") from None
+        except h1.H1Error as exc:
+            raise error_for_transport(self._name, exc) from exc
+        try:
+            if response.is_error:
+                content = await response.read()
+                text = content.decode(errors="replace")
+                raise error_for_status(self._name, response.status, text, response.headers)
+            chunks = response.iter_chunks()
+            try:
+                first = await anext(chunks, b"")
+            except h1.ReadTimeout:
+                raise timeout_error(self._name, f"no first byte within {first_byte_s}s") from None
+            yield FrameStream(first, chunks, self._name, deadline, response.body_read)
+        finally:
+            await response.aclose()
+
+    async def get_json(self, path: str, timeout_s: float) -> Any:
+        return load_json(await self._whole("GET", path, b"", timeout_s, timeout_s), self._name)
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
+class HttpxUpstream:
+    """:class:`Upstream` over one pooled ``httpx.AsyncClient``."""
+
+    def __init__(
+        self,
+        settings: HTTPDeploymentSettings,
+        headers: Mapping[str, str],
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._name = settings.name
+        limits = httpx.Limits(
+            max_connections=settings.max_connections,
+            max_keepalive_connections=settings.max_connections,
+            keepalive_expiry=_KEEPALIVE_S,
+        )
+        timeouts = settings.timeouts
+        self._client = httpx.AsyncClient(
+            base_url=settings.base_url,
+            headers=_headers(settings, headers),
+            timeout=httpx.Timeout(
+                timeouts.total_s, connect=timeouts.connect_s, pool=timeouts.connect_s
+            ),
+            limits=limits,
+            transport=transport,
+            follow_redirects=False,
+        )
+        self._connect_s = timeouts.connect_s
+
+    async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
+        return await self._whole("POST", path, body, total_s)
+
+    async def _whole(self, method: str, path: str, body: bytes, total_s: float | None) -> bytes:
+        try:
+            async with asyncio.timeout(total_s):
+                response = await self._client.request(method, path, content=body)
+        except httpx.HTTPError as exc:
+            raise error_for_transport(self._name, exc) from exc
+        except TimeoutError:
+            raise timeout_error(self._name, f"no answer within {total_s}s") from None
+        if response.is_error:
+            raise error_for_status(
+                self._name, response.status_code, response.text, response.headers
+            )
+        return response.content
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, body: bytes, timeouts: Timeouts
+    ) -> AsyncIterator[FrameStream]:
+        first_byte_s = first_byte_limit(timeouts)
+        timeout = httpx.Timeout(first_byte_s, connect=self._connect_s, pool=self._connect_s)
+        request = self._client.build_request(
+            "POST", path, content=body, headers={"accept": "text/event-stream"}, timeout=timeout
+        )
+        deadline = _deadline(timeouts.total_s)
+        first_deadline = _deadline(first_byte_s)
+        try:
+            async with asyncio.timeout_at(first_deadline):
+                response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise error_for_transport(self._name, exc) from exc
+        except TimeoutError:
+            raise timeout_error(self._name, f"no response within {first_byte_s}s") from None
+        try:
+            try:
+                async with asyncio.timeout_at(first_deadline):
+                    if response.is_error:
+                        await response.aread()
+                        raise error_for_status(
+                            self._name, response.status_code, response.text, response.headers
+                        )
+                    chunks = response.aiter_bytes()
+                    first = await anext(chunks, b"")
+            except TimeoutError:
+                raise timeout_error(self._name, f"no first byte within {first_byte_s}s") from None
+            yield FrameStream(first, chunks, self._name, deadline)
+        finally:
+            await response.aclose()
+
+    async def get_json(self, path: str, timeout_s: float) -> Any:
+        return load_json(await self._whole("GET", path, b"", timeout_s), self._name)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _deadline(seconds: float | None) -> float | None:
+    return None if seconds is None else asyncio.get_running_loop().time() + seconds

@@ -1,0 +1,504 @@
+"""Continuous batching over one llama.cpp context: the scheduler thread.
+
+One context holds ``parallel`` sequences, each in its own KV stream (``kv_unified=False``, so
+a sequence's attention never sees, and its output never depends on, its batch neighbours).
+One thread owns the context and loops:
+
+1. drop cancelled sequences and admit waiting jobs into free sequences, reusing KV that a
+   sequence kept from an earlier request (or copying a live neighbour's stream) when the
+   new prompt shares its prefix;
+2. build one ``llama_batch``: the next token of every decoding sequence, then prompt chunks
+   of prefilling sequences up to ``n_batch`` tokens in all (chunked prefill: a long prompt
+   takes several steps and never stalls running decodes);
+3. run one ``llama_decode``; sample every sequence that produced logits with its own sampler
+   chain; finished sequences leave at once, keeping their KV as a prefix cache;
+4. post the step's text pieces and :class:`Finished` events to the event loop in one call.
+
+It sleeps on a condition while nothing is running or waiting. Everything else (the wait queue
+bound, asyncio queues, tokenizing) lives on the event loop side, in ``engine.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from backends.llamacpp.sampling import (
+    Event,
+    Finished,
+    GenerationJob,
+    SamplerChain,
+    TokenLogprob,
+    token_logprob,
+)
+from backends.llamacpp.text import TextAssembler
+from gateway.errors import GatewayError, ServiceUnavailableError
+
+MIN_COPY_GAIN = 16
+"""Prefix tokens another sequence must hold beyond the chosen one's own cache before its whole
+KV stream is copied over (a cross-stream copy moves the full stream buffer, which costs about
+as much as prefilling a few tokens); at least 1/256 of the context per sequence."""
+
+RATE_WINDOW_S = 10.0
+
+
+Deliver = Callable[[Event | BaseException], None]
+Post = Callable[[list[tuple[Deliver, Event | BaseException]]], None]
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A submitted job with what the scheduler needs to run it; whoever takes it off the
+    wait queue owns (and frees) its sampler chain."""
+
+    job: GenerationJob
+    chain: SamplerChain
+    deliver: Deliver
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    parallel: int
+    n_ctx_per_slot: int
+    n_batch: int = 512
+    threads: int = 1
+    kv_cache_type: str = "f16"
+    flash_attn: bool | Literal["auto"] = "auto"
+    prefix_cache: bool = True
+
+
+class _Task:
+    """A job running in a sequence."""
+
+    __slots__ = (
+        *("cached", "count", "first_token_s", "held", "next_token", "order", "out", "text"),
+        "ticket",
+    )
+
+    def __init__(self, ticket: Ticket, order: int, cached: int) -> None:
+        self.ticket = ticket
+        self.order = order
+        self.cached = cached
+        self.text = TextAssembler(ticket.job.stops)
+        self.next_token: int | None = None  # sampled, to be decoded in the next step
+        self.count = 0
+        self.first_token_s: float | None = None
+        self.out = -1  # batch index of this task's logits in the current step
+        self.held: list[str] | None = None if ticket.job.stream else []
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.ticket.job.prompt_tokens
+
+
+class _Seq:
+    """A llama.cpp sequence: the tokens its KV holds (positions 0..n-1) and its task."""
+
+    __slots__ = ("id", "task", "tokens")
+
+    def __init__(self, seq_id: int) -> None:
+        self.id = seq_id
+        self.tokens: list[int] = []
+        self.task: _Task | None = None
+
+
+class _Rates:
+    """Prefill and decode tokens per second over the last ``RATE_WINDOW_S`` of wall time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._samples: deque[tuple[float, int, int]] = deque()
+
+    def add(self, prefill: int, decode: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._samples.append((now, prefill, decode))
+            while self._samples and now - self._samples[0][0] > RATE_WINDOW_S:
+                self._samples.popleft()
+
+    def per_second(self) -> tuple[float | None, float | None]:
+        now = time.monotonic()
+        with self._lock:
+            recent = [s for s in self._samples if now - s[0] <= RATE_WINDOW_S]
+        if not recent:
+            return None, None
+        return (
+            sum(s[1] for s in recent) / RATE_WINDOW_S,
+            sum(s[2] for s in recent) / RATE_WINDOW_S,
+        )
+
+
+class Scheduler:
+    """Owns the llama.cpp context and the thread that steps it; see the module docstring.
+
+    Figures read by other threads (``busy``, ``kv_used``, ``steps``, counters) are plain
+    attributes written only by the scheduler thread.
+    """
+
+    def __init__(self, model: Any, settings: BatchSettings, post: Post) -> None:
+        import llama_cpp
+
+        self._model = model
+        self._post = post
+        self._prefix_cache = settings.prefix_cache
+        self._ctx = _new_context(model.pointer, settings)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self._ctx))
+        self._n_batch = int(llama_cpp.llama_n_batch(self._ctx))
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._min_copy_gain = max(MIN_COPY_GAIN, self.n_ctx_seq // 256)
+        self._seqs = [_Seq(i) for i in range(settings.parallel)]
+        self._waiting: deque[Ticket] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._order = 0
+        self._outbox: list[tuple[Deliver, Event | BaseException]] = []
+        self.rates = _Rates()
+        self.busy = 0
+        self.kv_used = 0
+        self.steps = 0
+        self.prompt_tokens_total = 0
+        self.prefix_hit_tokens = 0
+        self._thread = threading.Thread(target=self._run, name="llamacpp-batch", daemon=True)
+        self._thread.start()
+
+    @property
+    def parallel(self) -> int:
+        return len(self._seqs)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    # event-loop side ------------------------------------------------------------------
+
+    def submit(self, ticket: Ticket) -> None:
+        with self._cond:
+            if self._stopping:
+                raise ServiceUnavailableError("the llama.cpp engine is shutting down")
+            self._waiting.append(ticket)
+            self._cond.notify()
+
+    def withdraw(self, ticket: Ticket) -> bool:
+        """Take back a ticket that is still waiting (True: the caller owns its chain now)."""
+        with self._cond:
+            try:
+                self._waiting.remove(ticket)
+            except ValueError:
+                return False
+            return True
+
+    def close(self) -> None:
+        """Stop the thread, fail what is left, free the context (not the model)."""
+        import llama_cpp
+
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+        error = ServiceUnavailableError("the llama.cpp engine shut down", retry_after=1.0)
+        for seq in self._seqs:
+            if seq.task is not None:
+                self._fail(seq, error)
+        while self._waiting:
+            ticket = self._waiting.popleft()
+            ticket.chain.free()
+            self._outbox.append((ticket.deliver, error))
+        self._flush()
+        llama_cpp.llama_batch_free(self._batch)
+        llama_cpp.llama_free(self._ctx)
+
+    # scheduler thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._waiting or self.busy):
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                free = sum(1 for s in self._seqs if s.task is None)
+                admitted = [self._waiting.popleft() for _ in range(min(free, self.waiting))]
+            for ticket, seq in self._match(admitted):
+                try:
+                    self._admit(ticket, seq)
+                except Exception as exc:
+                    ticket.chain.free()
+                    self._outbox.append((ticket.deliver, _as_gateway_error(exc)))
+            try:
+                self._step()
+            except Exception as exc:  # a bug or a llama.cpp failure: fail the running jobs
+                error = _as_gateway_error(exc)
+                for seq in self._seqs:
+                    if seq.task is not None:
+                        self._fail(seq, error)
+            self._publish()
+            self._flush()
+
+    def _match(self, tickets: list[Ticket]) -> list[tuple[Ticket, _Seq | None]]:
+        """Pair tickets with sequences when this round fills every free sequence.
+
+        Then which sequences run is settled (all of them), so each prompt goes where its
+        longest cached prefix is, best pairs first; otherwise each is placed on its own by
+        :meth:`_place`, which keeps running sequences contiguous.
+        """
+        for ticket in [t for t in tickets if t.job.cancelled.is_set()]:
+            ticket.chain.free()
+            tickets.remove(ticket)
+        free = [s for s in self._seqs if s.task is None]
+        if not self._prefix_cache or len(tickets) < max(2, len(free)):
+            return [(t, None) for t in tickets]
+        pairs = sorted(
+            ((_common_prefix(s.tokens, t.job.prompt_tokens), i, s.id)
+             for i, t in enumerate(tickets) for s in free),
+            reverse=True,
+        )  # fmt: skip
+        chosen: dict[int, _Seq] = {}
+        taken: set[int] = set()
+        for _, i, seq_id in pairs:
+            if i not in chosen and seq_id not in taken:
+                chosen[i] = self._seqs[seq_id]
+                taken.add(seq_id)
+        return [(t, chosen[i]) for i, t in enumerate(tickets)]
+
+    def _admit(self, ticket: Ticket, seq: _Seq | None) -> None:
+        job = ticket.job
+        seq, cached = self._place(job.prompt_tokens, seq)
+        self._order += 1
+        seq.task = _Task(ticket, self._order, cached)
+        self.busy += 1
+        self.prompt_tokens_total += len(job.prompt_tokens)
+        self.prefix_hit_tokens += cached
+
+    def _place(self, prompt: list[int], seq: _Seq | None = None) -> tuple[_Seq, int]:
+        """A free sequence for ``prompt`` (``seq`` if given) and how many prompt tokens its
+        KV already holds.
+
+        llama.cpp computes only consecutive sequence ids in one pass when streams are
+        separate, so the free sequence that keeps the running ones contiguous wins; its own
+        cached prefix breaks ties. When another sequence (running or idle) holds a longer
+        prefix of the prompt, its stream is copied over first.
+        """
+        import llama_cpp
+
+        busy = {s.id for s in self._seqs if s.task is not None}
+        common = {s.id: _common_prefix(s.tokens, prompt) if self._prefix_cache else 0
+                  for s in self._seqs}  # fmt: skip
+        if seq is None:
+            free = [s for s in self._seqs if s.task is None]
+            seq = min(free, key=lambda s: (_runs(busy | {s.id}), -common[s.id], s.id))
+        shared = common[seq.id]
+        donor = max(self._seqs, key=lambda s: common[s.id])
+        if donor is not seq and common[donor.id] >= shared + self._min_copy_gain:
+            # the whole stream is copied at the start of the next decode, before that decode
+            # writes anything; the tail past the shared prefix is dropped below
+            llama_cpp.llama_memory_seq_cp(self._mem, donor.id, seq.id, -1, -1)
+            seq.tokens = list(donor.tokens)
+            shared = common[donor.id]
+        keep = min(shared, len(prompt) - 1)  # the last prompt token is decoded for logits
+        self._trim(seq, keep)
+        return seq, keep
+
+    def _trim(self, seq: _Seq, keep: int) -> None:
+        import llama_cpp
+
+        if keep >= len(seq.tokens) and keep > 0:
+            return
+        if keep == 0 or not llama_cpp.llama_memory_seq_rm(self._mem, seq.id, keep, -1):
+            llama_cpp.llama_memory_seq_rm(self._mem, seq.id, -1, -1)
+            keep = 0
+        del seq.tokens[keep:]
+
+    def _step(self) -> None:
+        import llama_cpp
+
+        for seq in self._seqs:
+            if seq.task is not None and seq.task.ticket.job.cancelled.is_set():
+                self._finish(seq, "cancelled")
+        running = [s for s in self._seqs if s.task is not None]
+        if not running:
+            return
+        n, outputs = 0, []
+        for seq in running:
+            task = seq.task
+            assert task is not None
+            if task.next_token is not None:
+                self._put(n, task.next_token, len(seq.tokens), seq.id, True)
+                seq.tokens.append(task.next_token)
+                task.next_token, task.out = None, n
+                outputs.append(seq)
+                n += 1
+        decoded = n
+        for seq in sorted(running, key=lambda s: s.task.order if s.task else 0):
+            task = seq.task
+            assert task is not None
+            start = len(seq.tokens)
+            if start >= len(task.prompt) or n >= self._n_batch:
+                continue
+            chunk = task.prompt[start : start + self._n_batch - n]
+            done = start + len(chunk) == len(task.prompt)
+            for offset, token in enumerate(chunk):
+                last = done and offset == len(chunk) - 1
+                self._put(n, token, start + offset, seq.id, last)
+                n += 1
+            seq.tokens.extend(chunk)
+            if done:
+                task.out = n - 1
+                outputs.append(seq)
+        if n == 0:
+            return
+        self._batch.n_tokens = n
+        code = llama_cpp.llama_decode(self._ctx, self._batch)
+        if code != 0:
+            error = GatewayError(f"llama.cpp decode failed (code {code})")
+            for seq in running:
+                self._fail(seq, error)
+            return
+        self.rates.add(n - decoded, decoded)
+        for seq in outputs:
+            self._sample(seq)
+
+    def _put(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
+        batch = self._batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq_id
+        batch.logits[i] = logits
+
+    def _sample(self, seq: _Seq) -> None:
+        task = seq.task
+        assert task is not None
+        token = task.ticket.chain.sample(self._ctx, task.out)
+        if task.first_token_s is None:
+            task.first_token_s = time.perf_counter() - task.ticket.submitted
+        if self._model.is_eog(token):
+            self._finish(seq, "stop")
+            return
+        top = task.ticket.job.top_logprobs
+        if top is not None:
+            self._outbox.append((task.ticket.deliver, self._logprob(task.out, token, top)))
+        task.count += 1
+        piece = task.text.feed(self._model.token_to_piece(token))
+        if piece:
+            self._emit(task, piece)
+        if task.text.stopped:
+            self._finish(seq, "stop")
+        elif task.count >= task.ticket.job.max_tokens:
+            self._finish(seq, "length")
+        else:
+            task.next_token = token
+
+    def _logprob(self, index: int, token: int, top: int) -> TokenLogprob:
+        import llama_cpp
+        import numpy as np
+
+        pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        row = np.ctypeslib.as_array(pointer, shape=(self._model.n_vocab,))
+        return token_logprob(row, token, top, self._model.token_to_piece)
+
+    def _finish(self, seq: _Seq, reason: str) -> None:
+        """The task leaves its sequence, which keeps its KV as a prefix cache."""
+        task = self._release(seq)
+        if reason != "cancelled":
+            tail = task.text.finish()
+            if tail:
+                self._emit(task, tail)
+            if task.held:
+                self._outbox.append((task.ticket.deliver, "".join(task.held)))
+        finished = Finished(
+            reason, len(task.prompt), task.count, task.first_token_s, cached_tokens=task.cached
+        )
+        self._outbox.append((task.ticket.deliver, finished))
+
+    def _emit(self, task: _Task, piece: str) -> None:
+        if task.held is None:
+            self._outbox.append((task.ticket.deliver, piece))
+        else:
+            task.held.append(piece)  # a whole answer: one event at the end, not one per token
+
+    def _fail(self, seq: _Seq, error: BaseException) -> None:
+        task = self._release(seq)
+        self._trim(seq, 0)  # its KV may be half-written
+        self._outbox.append((task.ticket.deliver, error))
+
+    def _release(self, seq: _Seq) -> _Task:
+        task = seq.task
+        assert task is not None
+        seq.task = None
+        task.ticket.chain.free()
+        self.busy -= 1
+        return task
+
+    def _publish(self) -> None:
+        self.kv_used = sum(len(s.tokens) for s in self._seqs if s.task is not None)
+        self.steps += 1
+
+    def _flush(self) -> None:
+        if self._outbox:
+            items, self._outbox = self._outbox, []
+            self._post(items)
+
+
+def _new_context(model: Any, settings: BatchSettings) -> Any:
+    import llama_cpp
+
+    kv_types = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = settings.parallel * settings.n_ctx_per_slot
+    params.n_batch = max(settings.n_batch, settings.parallel)
+    params.n_ubatch = min(params.n_batch, 512)
+    params.n_seq_max = settings.parallel
+    params.n_threads = settings.threads
+    params.n_threads_batch = settings.threads
+    params.type_k = kv_types[settings.kv_cache_type]
+    params.type_v = kv_types[settings.kv_cache_type]
+    params.flash_attn_type = {
+        True: llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+        False: llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    }[settings.flash_attn]
+    params.kv_unified = False
+    params.no_perf = True
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    if not ctx:
+        hint = "" if settings.kv_cache_type == "f16" else (
+            "; a q8_0 KV cache needs flash attention and head sizes divisible by 32"
+        )  # fmt: skip
+        raise RuntimeError(
+            f"llama.cpp could not create a context ({settings.parallel} sequences x "
+            f"{settings.n_ctx_per_slot} tokens, KV {settings.kv_cache_type}){hint}"
+        )
+    return ctx
+
+
+def _runs(ids: set[int]) -> int:
+    """How many runs of consecutive ids ``ids`` makes: the passes one decode step needs."""
+    return sum(1 for i in ids if i - 1 not in ids)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix, by bisection over slice comparisons (done in C)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low] and a[:high] != b[:high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _as_gateway_error(exc: BaseException) -> GatewayError:
+    if isinstance(exc, GatewayError):
+        return exc
+    return GatewayError(f"llama.cpp failed: {type(exc).__name__}: {exc}")

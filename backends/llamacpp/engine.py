@@ -1,0 +1,258 @@
+"""The event-loop face of the batched llama.cpp engine.
+
+:class:`LlamaEngine` loads a GGUF once (:class:`LoadedModel`: weights, vocabulary, metadata)
+and hands jobs to the :class:`~backends.llamacpp.batch.Scheduler` thread, which runs them
+all in one context. Here live the parts that belong to the event loop: the bounded wait
+queue (back-pressure), per-request event queues, sampler-chain compilation (so a bad
+grammar is a 400 before anything streams), tokenizing, and the live figures.
+
+Closing the iterator returned by :meth:`LlamaEngine.run` cancels the job: a waiting job is
+withdrawn at once, a running one leaves its sequence at the scheduler's next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from backends.base import LiveStats
+from backends.llamacpp.batch import BatchSettings, Deliver, Scheduler, Ticket
+from backends.llamacpp.sampling import Event, Finished, GenerationJob, Sampling, build_chain
+from gateway.errors import ServiceUnavailableError
+
+__all__ = ["Finished", "GenerationJob", "LlamaEngine", "LoadedModel", "Sampling"]
+
+_QUIET: list[Any] = []  # keeps the no-op log callback alive while llama.cpp holds it
+
+
+def quiet_llama_logs() -> None:
+    """Send llama.cpp's and ggml's log lines nowhere (they go to stderr by default)."""
+    import llama_cpp
+
+    if not _QUIET:
+        _QUIET.append(llama_cpp.llama_log_callback(lambda level, text, data: None))
+    llama_cpp.llama_log_set(_QUIET[0], ctypes.c_void_p(0))
+
+
+class LoadedModel:
+    """A GGUF's weights and vocabulary, loaded through llama.cpp's C API.
+
+    ``tokenize`` / ``detokenize`` may run on any thread (they read the vocabulary only);
+    ``token_to_piece`` is the scheduler thread's, with a per-token cache.
+    """
+
+    def __init__(self, path: Path, gpu_layers: int = 0) -> None:
+        import llama_cpp
+
+        quiet_llama_logs()
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        pointer = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not pointer:
+            raise RuntimeError(f"llama.cpp could not load {path}")
+        self.pointer = pointer
+        self.vocab = llama_cpp.llama_model_get_vocab(pointer)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(pointer))
+        self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
+        self.metadata = _metadata(pointer)
+        self._pieces: dict[int, bytes] = {}
+
+    def tokenize(self, text: bytes, *, add_bos: bool, special: bool) -> list[int]:
+        import llama_cpp
+
+        size = len(text) + 8
+        while True:
+            out = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(self.vocab, text, len(text), out, size, add_bos, special)
+            if n >= 0:
+                return list(out[:n])
+            size = -n
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        key = token if not special else -token - 1
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._pieces[key] = _piece(self.vocab, token, special)
+        return piece
+
+    def detokenize(self, tokens: list[int], special: bool = False) -> bytes:
+        return b"".join(_piece(self.vocab, t, special) for t in tokens)
+
+    def is_eog(self, token: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def close(self) -> None:
+        import llama_cpp
+
+        if self.pointer is not None:
+            llama_cpp.llama_model_free(self.pointer)
+            self.pointer = None
+
+
+class LlamaEngine:
+    """One model, one batched context, a bounded wait queue; see the module docstring."""
+
+    def __init__(
+        self, model_path: Path, settings: BatchSettings, *, gpu_layers: int = 0, max_queue: int
+    ) -> None:
+        self._path = model_path
+        self._settings = settings
+        self._gpu_layers = gpu_layers
+        self._max_queue = max_queue
+        self._model: LoadedModel | None = None
+        self._scheduler: Scheduler | None = None
+        self._in_flight = 0
+        self._job_s = 1.0  # moving average of a job's time in the engine, for retry-after
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def post(items: list[tuple[Deliver, Event | BaseException]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+                loop.call_soon_threadsafe(_deliver_all, items)
+
+        def load() -> tuple[LoadedModel, Scheduler]:
+            model = LoadedModel(self._path, self._gpu_layers)
+            try:
+                return model, Scheduler(model, self._settings, post)
+            except BaseException:
+                model.close()
+                raise
+
+        self._model, self._scheduler = await asyncio.to_thread(load)
+
+    @property
+    def model(self) -> LoadedModel:
+        assert self._model is not None, "engine used before start()"
+        return self._model
+
+    @property
+    def scheduler(self) -> Scheduler:
+        assert self._scheduler is not None, "engine used before start()"
+        return self._scheduler
+
+    @property
+    def n_ctx_per_slot(self) -> int:
+        return self.scheduler.n_ctx_seq
+
+    def stats(self) -> LiveStats:
+        scheduler = self._scheduler
+        if scheduler is None:
+            return LiveStats(slots_busy=0, slots_total=self._settings.parallel)
+        prefill, decode = scheduler.rates.per_second()
+        total = scheduler.prompt_tokens_total
+        return LiveStats(
+            in_flight=self._in_flight,
+            queue_depth=scheduler.waiting,
+            slots_busy=scheduler.busy,
+            slots_total=scheduler.parallel,
+            kv_used=scheduler.kv_used,
+            kv_total=scheduler.n_ctx,
+            prefill_tokens_per_s=prefill,
+            decode_tokens_per_s=decode,
+            prefix_hit_rate=scheduler.prefix_hit_tokens / total if total else None,
+            prefix_hit_tokens=scheduler.prefix_hit_tokens,
+        )
+
+    async def run(self, job: GenerationJob) -> AsyncGenerator[Event, None]:
+        """Yield text pieces, then one :class:`Finished`. Closing the iterator cancels.
+
+        The job is queued on the first ``anext``; a full queue raises
+        :class:`ServiceUnavailableError` (503 with ``retry-after``) right there.
+        """
+        scheduler = self.scheduler
+        self._check_capacity(scheduler)
+        model = self.model
+        chain = build_chain(
+            model.vocab, model.n_vocab, job.sampling, job.grammar, param=job.grammar_param
+        )
+        events: asyncio.Queue[Event | BaseException] = asyncio.Queue()
+        ticket = Ticket(job, chain, events.put_nowait)
+        try:
+            scheduler.submit(ticket)
+        except BaseException:
+            chain.free()
+            raise
+        self._in_flight += 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            while True:
+                item = await events.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, Finished):
+                    self._job_s = 0.8 * self._job_s + 0.2 * (loop.time() - started)
+                    return
+        finally:
+            self._in_flight -= 1
+            job.cancelled.set()
+            if scheduler.withdraw(ticket):
+                chain.free()
+
+    def _check_capacity(self, scheduler: Scheduler) -> None:
+        if self._in_flight < scheduler.parallel + self._max_queue:
+            return
+        waiting = scheduler.waiting
+        retry_after = min(30.0, max(1.0, self._job_s * (waiting + 1) / scheduler.parallel))
+        raise ServiceUnavailableError(
+            f"all {scheduler.parallel} sequences are busy and {waiting} requests are queued "
+            f"(max_queue {self._max_queue}); retry later",
+            retry_after=retry_after,
+        )
+
+    async def aclose(self) -> None:
+        scheduler, model = self._scheduler, self._model
+        self._scheduler = self._model = None
+        if scheduler is not None:
+            await asyncio.to_thread(scheduler.close)
+        if model is not None:
+            model.close()
+
+
+def _deliver_all(items: list[tuple[Deliver, Event | BaseException]]) -> None:
+    for deliver, event in items:
+        deliver(event)
+
+
+def _piece(vocab: Any, token: int, special: bool) -> bytes:
+    import llama_cpp
+
+    size = 64
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_token_to_piece(vocab, token, buffer, size, 0, special)
+        if n >= 0:
+            return buffer.raw[:n]
+        size = -n
+
+
+def _metadata(model: Any) -> dict[str, str]:
+    import llama_cpp
+
+    count = llama_cpp.llama_model_meta_count(model)
+    keys = [_meta_string(llama_cpp.llama_model_meta_key_by_index, model, i) for i in range(count)]
+    values = [
+        _meta_string(llama_cpp.llama_model_meta_val_str_by_index, model, i) for i in range(count)
+    ]
+    return dict(zip(keys, values, strict=True))
+
+
+def _meta_string(read: Any, model: Any, index: int) -> str:
+    size = 256
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        n = int(read(model, index, buffer, size))
+        if n < size:
+            return buffer.value.decode("utf-8", errors="replace")
+        size = n + 1

@@ -1,0 +1,217 @@
+"""Admission: the few calls the HTTP layer makes around each request.
+
+::
+
+    ticket = await admission.admit(RequestFacts.of_chat(body, authorization))
+    # per upstream attempt, inside dispatch (a refusal falls back to the next deployment):
+    await admission.admit_deployment(ticket, backend.name)
+    ...
+    cost = await admission.settle(ticket, usage)      # or release(ticket) if refused
+    response.headers.update(admission.headers(ticket))
+
+``admit`` authenticates (401/403), checks the key's budget (429 ``insufficient_quota``,
+or 503 when the store is down) and takes one request plus the token estimate (prompt +
+max output tokens) from the key's RPM/TPM (429 with ``retry-after``). ``admit_deployment``
+does the same against the chosen deployment's limits. ``settle`` replaces the token
+estimate with the actual usage and adds the cost (from the deployment's price) to the
+key's spend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from backends.base import Price, cost_usd
+from gateway.admission.keys import KeyInfo, KeyRing
+from gateway.admission.limits import (
+    Budgets,
+    DeploymentLimitedError,
+    Grant,
+    Limiter,
+    LimitExceededError,
+    RateLimit,
+    ratelimit_headers,
+)
+from gateway.config import GatewayConfig
+from gateway.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, Usage
+from gateway.state.base import StateStore
+
+_CHARS_PER_TOKEN = 4
+_TOKENS_PER_MESSAGE = 4
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    """What admission needs to know about a request before it runs."""
+
+    model: str
+    authorization: str | None
+    prompt_tokens: int
+    max_output_tokens: int | None
+    n: int = 1
+
+    @classmethod
+    def of_chat(cls, body: ChatCompletionRequest, authorization: str | None) -> RequestFacts:
+        """Facts of a chat request; the prompt estimate is ~4 characters per token."""
+        text = sum(len(m.text()) + _tool_calls_chars(m) for m in body.messages)
+        tools = sum(len(t.model_dump_json()) for t in body.tools or [])
+        prompt = math.ceil((text + tools) / _CHARS_PER_TOKEN)
+        prompt += _TOKENS_PER_MESSAGE * len(body.messages)
+        return cls(body.model, authorization, prompt, body.output_limit(), body.n or 1)
+
+    @classmethod
+    def of_completion(cls, body: CompletionRequest, authorization: str | None) -> RequestFacts:
+        """Facts of a text-completion request (every prompt of a batch counted)."""
+        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        prompt = sum(math.ceil(len(p) / _CHARS_PER_TOKEN) + 1 for p in prompts)
+        return cls(body.model, authorization, prompt, body.max_tokens, body.n or 1)
+
+
+def _tool_calls_chars(message: ChatMessage) -> int:
+    return sum(len(c.model_dump_json()) for c in message.tool_calls or [])
+
+
+@dataclass
+class AdmissionTicket:
+    """One admitted request: who sent it, what it reserved, where it went."""
+
+    key: KeyInfo
+    model: str
+    tokens: int
+    key_grant: Grant | None = None
+    deployment: str | None = None
+    deployment_grant: Grant | None = None
+    cost_usd: float = 0.0
+    settled: bool = False
+    attempts: list[str] = field(default_factory=list)
+
+
+class Admission:
+    """Keys, limits and budgets, behind the calls the HTTP layer makes."""
+
+    def __init__(
+        self,
+        keys: KeyRing,
+        limiter: Limiter,
+        budgets: Budgets,
+        *,
+        prices: Mapping[str, Price | None] | None = None,
+        deployment_limits: Mapping[str, RateLimit] | None = None,
+        default_output_reserve: int = 1024,
+    ) -> None:
+        self.keys = keys
+        self.limiter = limiter
+        self.budgets = budgets
+        self.prices = dict(prices or {})
+        self.deployment_limits = dict(deployment_limits or {})
+        self.default_output_reserve = default_output_reserve
+
+    @classmethod
+    def build(
+        cls,
+        store: StateStore,
+        config: GatewayConfig,
+        *,
+        environ: Mapping[str, str] | None = None,
+        deployment_limits: Mapping[str, RateLimit] | None = None,
+    ) -> Admission:
+        """Admission over ``store``: prices from ``config``'s deployments, the master key
+        from ``SHUNTER_MASTER_KEY`` in ``environ`` (default: the process environment)."""
+        return cls(
+            KeyRing.from_env(store, environ),
+            Limiter(store),
+            Budgets(store),
+            prices={d.name: d.price for d in config.deployments},
+            deployment_limits=deployment_limits,
+        )
+
+    def apply(
+        self, config: GatewayConfig, deployment_limits: Mapping[str, RateLimit] | None = None
+    ) -> None:
+        """Take prices (and limits, when given) from a reloaded config."""
+        self.prices = {d.name: d.price for d in config.deployments}
+        if deployment_limits is not None:
+            self.deployment_limits = dict(deployment_limits)
+
+    async def admit(self, facts: RequestFacts) -> AdmissionTicket:
+        """Authenticate, check the budget, take from the key's limits; or raise."""
+        key = await self.keys.authenticate(facts.authorization, facts.model)
+        output = facts.max_output_tokens or self.default_output_reserve
+        ticket = AdmissionTicket(key, facts.model, facts.prompt_tokens + output * facts.n)
+        label = f"key '{key.name}'"
+        if key.budget_usd is not None:
+            await self.budgets.check(key.scope, label, key.budget_usd, key.budget_window_s)
+        limit = RateLimit(rpm=key.rpm, tpm=key.tpm)
+        ticket.key_grant = await self.limiter.reserve(key.scope, label, limit, ticket.tokens)
+        return ticket
+
+    async def admit_deployment(
+        self, ticket: AdmissionTicket, deployment: str, limit: RateLimit | None = None
+    ) -> None:
+        """Take from ``deployment``'s limits (``limit``, else the configured one) before
+        its first upstream attempt. A refusal raises
+        :class:`~gateway.admission.limits.DeploymentLimitedError` (429): dispatch moves on to
+        the next candidate. An earlier candidate's tokens are given back (its request still counts).
+        """
+        if ticket.deployment_grant is not None:
+            await self.limiter.reconcile(ticket.deployment_grant, 0)
+            ticket.deployment_grant = None
+        ticket.attempts.append(deployment)
+        if limit is None:
+            limit = self.deployment_limits.get(deployment, RateLimit())
+        scope, label = f"deployment:{deployment}", f"deployment '{deployment}'"
+        try:
+            grant = await self.limiter.reserve(scope, label, limit, ticket.tokens)
+        except LimitExceededError as exc:
+            raise DeploymentLimitedError(deployment, exc) from exc
+        ticket.deployment_grant = grant
+        ticket.deployment = deployment
+
+    async def settle(
+        self, ticket: AdmissionTicket, usage: Usage | None, cost: float | None = None
+    ) -> float:
+        """Reconcile reserved tokens with ``usage`` and charge ``cost`` (by default priced
+        from the deployment that served it) to the key's budget; returns the cost.
+
+        ``usage=None`` (cache hit, failure, unknown) gives the reserved tokens back and
+        charges nothing; the request still counts toward RPM. Settling twice is a no-op.
+        """
+        if ticket.settled:
+            return ticket.cost_usd
+        ticket.settled = True
+        used = 0 if usage is None else usage.prompt_tokens + usage.completion_tokens
+        for grant in (ticket.key_grant, ticket.deployment_grant):
+            if grant is not None:
+                await self.limiter.reconcile(grant, used)
+        if usage is not None and ticket.deployment is not None:
+            if cost is None:
+                price = self.prices.get(ticket.deployment)
+                cost = cost_usd(price, usage.prompt_tokens, usage.completion_tokens)
+            ticket.cost_usd = cost
+            if ticket.key.budget_usd is not None:
+                await self.budgets.add(
+                    ticket.key.scope, ticket.key.budget_window_s, ticket.cost_usd
+                )
+        return ticket.cost_usd
+
+    async def release(self, ticket: AdmissionTicket) -> None:
+        """Give back everything (request and tokens): the request was refused before any
+        upstream work, e.g. every deployment was rate-limited."""
+        if ticket.settled:
+            return
+        ticket.settled = True
+        for grant in (ticket.key_grant, ticket.deployment_grant):
+            if grant is not None:
+                await self.limiter.release(grant)
+
+    def headers(self, ticket: AdmissionTicket) -> dict[str, str]:
+        """``x-ratelimit-*`` for the response: the tightest of key and deployment limits."""
+        states = [
+            state
+            for grant in (ticket.key_grant, ticket.deployment_grant)
+            if grant is not None
+            for state in grant.states
+        ]
+        return ratelimit_headers(states)

@@ -1,0 +1,84 @@
+"""``shunter worker``: one GGUF served by the batched llama.cpp engine, on its own.
+
+A worker is the gateway with a single in-process llama.cpp deployment and a model route of
+the same name, built from command-line flags instead of a YAML file. It speaks the same
+OpenAI-compatible API (so a gateway can use it as a remote deployment through its
+OpenAI-compatible backend) and exposes its live figures (sequences busy, KV cells, queue,
+prefill/decode rates, prefix-cache hit rate) at ``GET /v1/worker/stats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.config import GatewayConfig
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``worker`` subcommand to the ``shunter`` parser."""
+    worker = subparsers.add_parser(
+        "worker", help="serve one GGUF with the batched llama.cpp engine (OpenAI API)"
+    )
+    worker.add_argument("--model", type=Path, required=True, help="path to a .gguf file")
+    worker.add_argument("--name", help="model name clients send (default: the file's stem)")
+    worker.add_argument("--parallel", type=int, default=4, help="sequences decoded together")
+    worker.add_argument("--ctx", type=int, default=4096, help="context tokens per sequence")
+    worker.add_argument("--threads", type=int, help="CPU threads (default: every core)")
+    worker.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads every layer")
+    worker.add_argument("--kv-cache-type", choices=["f16", "q8_0"], default="f16")
+    worker.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
+    worker.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot")
+    worker.add_argument("--host", default="127.0.0.1")
+    worker.add_argument("--port", type=int, default=8080)
+    worker.add_argument("--log-level", default="info")
+    worker.add_argument("--drain-timeout", type=float, default=30.0)
+    worker.set_defaults(handler=run_worker)
+
+
+def worker_config(args: argparse.Namespace) -> GatewayConfig:
+    """The gateway config of a worker: one llama.cpp deployment, one model route."""
+    name = args.name or re.sub(r"[^A-Za-z0-9_.:/-]+", "-", Path(args.model).stem) or "model"
+    deployment: dict[str, Any] = {
+        "name": name,
+        "backend": "llamacpp",
+        "model": str(args.model),
+        "parallel": args.parallel,
+        "n_ctx": args.ctx,
+        "gpu_layers": args.gpu_layers,
+        "kv_cache_type": args.kv_cache_type,
+        "flash_attn": {"on": True, "off": False}.get(args.flash_attn, "auto"),
+        "max_queue": args.max_queue,
+    }
+    if args.threads is not None:
+        deployment["threads"] = args.threads
+    return GatewayConfig.model_validate(
+        {"deployments": [deployment], "models": {name: {"candidates": [name]}}}
+    )
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    from gateway.dispatch.router import Gateway
+    from gateway.http.app import AppSettings, create_app
+    from gateway.http.server import serve
+    from gateway.telemetry.logs import configure_logging
+
+    if not Path(args.model).is_file():
+        print(f"error: no GGUF file at {args.model}", file=sys.stderr)
+        return 2
+    try:
+        config = worker_config(args)
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"])
+            print(f"error: {where}: {error['msg']}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level)
+    gateway = Gateway.from_config(config)
+    app = create_app(AppSettings(config=config, watch_config=False), gateway)
+    return serve(app, gateway, args.host, args.port, args.drain_timeout)

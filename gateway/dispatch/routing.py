@@ -1,0 +1,129 @@
+"""From gateway state to the plain facts ``policies`` route on, and back.
+
+``policies`` is pure logic; this module is the adapter: it describes each deployment
+(config, capabilities, price, memory fit, breaker state) and each request (estimated
+prompt tokens, features it needs, a prefix key for affinity) as ``policies`` data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from backends.base import Backend
+from backends.registry import DeploymentConfig
+from gateway.dispatch.live import DeploymentTracker
+from gateway.dispatch.reliability import CircuitBreaker
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from policies import Candidate as PolicyCandidate
+from policies import CandidateFacts, Capabilities, FitClass, Pricing, RequestFacts
+
+_CHARS_PER_TOKEN = 4
+
+
+class DeploymentDescriber:
+    """Each deployment as a policy candidate: configuration, health and live figures. The
+    facts are rebuilt only when the deployment's configuration, capabilities, memory fit or
+    breaker state changed; the live figures are read every time."""
+
+    def __init__(self) -> None:
+        self._memo: dict[str, tuple[tuple[object, ...], CandidateFacts]] = {}
+
+    def __call__(
+        self,
+        settings: DeploymentConfig,
+        backend: Backend,
+        breaker: CircuitBreaker,
+        tracker: DeploymentTracker,
+        fit: FitClass | None,
+    ) -> PolicyCandidate:
+        key = (
+            id(settings),
+            backend.capabilities,
+            fit,
+            breaker.state,
+            breaker.open_until,
+            breaker.last_failure_at,
+        )
+        memo = self._memo.get(settings.name)
+        if memo is None or memo[0] != key:
+            memo = key, _facts(settings, backend, breaker, fit)
+            self._memo[settings.name] = memo
+        return PolicyCandidate(memo[1], tracker.figures(backend.stats()))
+
+
+def _facts(
+    settings: DeploymentConfig, backend: Backend, breaker: CircuitBreaker, fit: FitClass | None
+) -> CandidateFacts:
+    caps = backend.capabilities
+    price = settings.price
+    pricing = Pricing(
+        input_per_1m=price.input_per_1m if price else None,
+        output_per_1m=price.output_per_1m if price else None,
+        usd_per_hour=price.usd_per_hour if price else None,
+    )
+    open_ = breaker.state == "open"
+    return CandidateFacts(
+        name=settings.name,
+        backend=settings.backend,
+        capabilities=Capabilities(
+            tools=caps.tools,
+            json_schema=caps.json_schema,
+            images=caps.images,
+            context_length=caps.context_length,
+        ),
+        pricing=pricing,
+        fit=fit,
+        healthy=not open_,
+        cooled_down_until=breaker.open_until if open_ else None,
+        last_failure_at=breaker.last_failure_at,
+        weight=settings.weight,
+    )
+
+
+def describe_request(
+    body: ChatCompletionRequest | CompletionRequest | EmbeddingRequest, request_id: str = ""
+) -> RequestFacts:
+    """What routing needs to know about a request, without tokenizing it."""
+    if isinstance(body, ChatCompletionRequest):
+        return _chat_facts(body, request_id)
+    if isinstance(body, CompletionRequest):
+        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        text = "".join(prompts)
+        return RequestFacts(
+            prompt_tokens=_estimate(len(text)),
+            max_tokens=body.max_tokens,
+            prefix_key=_prefix_key(text[:512]),
+            stream=bool(body.stream),
+            request_id=request_id,
+        )
+    size = len(body.input) if isinstance(body.input, str) else len(str(body.input))
+    return RequestFacts(prompt_tokens=_estimate(size), max_tokens=0, request_id=request_id)
+
+
+def _chat_facts(body: ChatCompletionRequest, request_id: str) -> RequestFacts:
+    text_chars = sum(len(m.text()) for m in body.messages)
+    tool_chars = sum(len(t.model_dump_json()) for t in body.tools or [])
+    format_ = body.response_format.type if body.response_format else "text"
+    leading = [m for m in body.messages if m.role in ("system", "developer")] or body.messages[:1]
+    prefix = body.user or "".join(m.text() for m in leading)
+    return RequestFacts(
+        prompt_tokens=_estimate(text_chars + tool_chars) + 4 * len(body.messages),
+        max_tokens=body.output_limit(),
+        needs_tools=bool(body.tools) and body.tool_choice != "none",
+        needs_json_schema=format_ == "json_schema",
+        has_images=any(m.has_images() for m in body.messages),
+        prefix_key=_prefix_key(prefix),
+        stream=bool(body.stream),
+        request_id=request_id,
+    )
+
+
+def _estimate(chars: int) -> int:
+    return math.ceil(chars / _CHARS_PER_TOKEN)
+
+
+def _prefix_key(text: str) -> str | None:
+    if not text:
+        return None
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()

@@ -1,0 +1,146 @@
+"""``create_app(settings)``: the Litestar application around a :class:`Gateway`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+from litestar import Litestar, Request, Response
+from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
+
+from gateway.admission.admit import Admission
+from gateway.admission.cache import ResponseCache
+from gateway.admission.limits import RateLimit
+from gateway.config import CacheRule, GatewayConfig
+from gateway.dispatch.router import Gateway
+from gateway.dispatch.sharing import ReplicaSync
+from gateway.errors import GatewayError
+from gateway.http.api import ROUTES
+from gateway.http.middleware import RequestContextMiddleware, add_request_id
+from gateway.http.reload import ConfigWatcher
+from gateway.http.serving import Services
+from gateway.state import StateSettings, open_store
+from gateway.state.base import StateStore
+from gateway.telemetry.instruments import Telemetry
+
+log = structlog.get_logger("shunter.app")
+
+_HTTP_TYPES = {401: "invalid_request_error", 403: "permission_error", 404: "invalid_request_error"}
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """Everything the app needs; built by the CLI or by tests."""
+
+    config: GatewayConfig
+    config_path: Path | None = None
+    watch_config: bool = True
+    state: StateSettings = field(default_factory=StateSettings)
+
+
+def create_app(
+    settings: AppSettings, gateway: Gateway | None = None, telemetry: Telemetry | None = None
+) -> Litestar:
+    """Build the app. Backends start in the lifespan and stop (releasing memory) at exit."""
+    gw = gateway or Gateway.from_config(settings.config)
+    tel = telemetry or Telemetry()
+    gw.tracer = tel.tracer
+    tel.watch(lambda: gw.backends, lambda: gw.breakers)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        store = open_store(settings.state)
+        services = _services(store, settings.config)
+        gw.on_reload.append(lambda config: _reconfigure(services, config))
+        app.state.gateway, app.state.telemetry, app.state.services = gw, tel, services
+        await gw.start()
+        watcher = None
+        if settings.config_path is not None and settings.watch_config:
+            watcher = ConfigWatcher(settings.config_path, gw)
+            watcher.start()
+        sync = ReplicaSync(store, gw) if settings.state.redis_url else None
+        if sync is not None:
+            await sync.start()
+        open_mode = not await services.admission.keys.auth_enabled()
+        log.info(
+            "gateway_ready",
+            models=sorted(settings.config.models),
+            deployments=sorted(gw.backends),
+            config=str(settings.config_path or "<embedded default>"),
+            state="redis" if settings.state.redis_url else "memory",
+            auth="open (no API keys configured)" if open_mode else "api keys",
+        )
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                await watcher.stop()
+            if sync is not None:
+                await sync.stop()
+            await gw.aclose()
+            await store.aclose()
+            tel.shutdown()
+
+    return Litestar(
+        route_handlers=ROUTES,
+        lifespan=[lifespan],
+        middleware=[DefineMiddleware(RequestContextMiddleware, telemetry=tel)],
+        before_send=[add_request_id],
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            Exception: _unexpected_error,
+        },
+        openapi_config=None,
+        logging_config=None,
+    )
+
+
+def _services(store: StateStore, config: GatewayConfig) -> Services:
+    return Services(
+        admission=Admission.build(store, config, deployment_limits=_deployment_limits(config)),
+        cache=ResponseCache(store, _cache_rules(config)),
+    )
+
+
+def _reconfigure(services: Services, config: GatewayConfig) -> None:
+    services.admission.apply(config, _deployment_limits(config))
+    services.cache.rules = _cache_rules(config)
+
+
+def _deployment_limits(config: GatewayConfig) -> dict[str, RateLimit]:
+    return {d.name: RateLimit(rpm=d.rpm, tpm=d.tpm) for d in config.deployments}
+
+
+def _cache_rules(config: GatewayConfig) -> dict[str, CacheRule]:
+    return {name: route.cache for name, route in config.models.items() if route.cache}
+
+
+def _gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Response[dict[str, Any]]:
+    return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
+
+
+def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+    status = exc.status_code
+    body = {
+        "error": {
+            "message": exc.detail,
+            "type": _HTTP_TYPES.get(
+                status, "invalid_request_error" if status < 500 else "server_error"
+            ),
+            "param": None,
+            "code": None,
+        }
+    }
+    return Response(body, status_code=status, headers=exc.headers or None)
+
+
+def _unexpected_error(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    log.exception("unhandled_error", error_type=type(exc).__name__)
+    error = GatewayError("The server had an error while processing your request.")
+    return Response(error.to_body(), status_code=500)

@@ -1,0 +1,140 @@
+"""Request context: a request id on every response and one log line per request."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from typing import Any
+
+import structlog
+from litestar.datastructures import MutableScopeHeaders
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from opentelemetry import trace
+
+from gateway.telemetry.instruments import Telemetry
+
+log = structlog.get_logger("shunter.access")
+_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def request_id_of(scope: Scope) -> str:
+    """The request's id: the client's ``x-request-id`` if sane, else a new one; stable per scope."""
+    state = scope.setdefault("state", {})
+    request_id: str | None = state.get("request_id")
+    if request_id is None:
+        request_id = _incoming_id(scope) or f"req_{os.urandom(16).hex()}"
+        state["request_id"] = request_id
+    return request_id
+
+
+async def add_request_id(message: Message, scope: Scope) -> None:
+    """``before_send`` hook: runs for every response, unknown routes included."""
+    if message["type"] == "http.response.start":
+        MutableScopeHeaders.from_message(message)["x-request-id"] = request_id_of(scope)
+
+
+class RequestContextMiddleware:
+    """Binds the request id to log lines and logs one line when the body is done.
+
+    Handlers add facts (model, deployment, tokens, TTFT) to ``scope["state"]["log"]``; the
+    line is written after the last byte, so a stream's line carries its real duration.
+    Keys and prompts are never logged.
+    """
+
+    def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
+        self.app = app
+        self.telemetry = telemetry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_of(scope)
+        facts: dict[str, Any] = {}
+        scope["state"]["log"] = facts
+        status = 500
+        started = time.perf_counter()
+
+        async def send_recording_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        operation = _OPERATIONS.get(scope["path"])
+        if operation is None:  # health, metrics, models: no span, no access line
+            await self.app(scope, receive, send_recording_status)
+            return
+        telemetry = self.telemetry
+        span_cm = (
+            telemetry.tracer.start_as_current_span(operation, kind=trace.SpanKind.SERVER)
+            if telemetry.tracing
+            else contextlib.nullcontext(trace.INVALID_SPAN)
+        )
+        with span_cm as span:
+            bound = structlog.contextvars.bind_contextvars(**_ids(request_id, span))
+            try:
+                await self.app(scope, receive, send_recording_status)
+            finally:
+                duration = time.perf_counter() - started
+                telemetry.record(facts, status, duration)
+                if telemetry.tracing:
+                    _annotate(span, operation, facts, status, request_id)
+                log.info(
+                    "request",
+                    method=scope["method"],
+                    path=scope["path"],
+                    status=status,
+                    duration_ms=round(duration * 1000, 2),
+                    **facts,
+                )
+                structlog.contextvars.reset_contextvars(**bound)
+
+
+def _ids(request_id: str, span: trace.Span) -> dict[str, str]:
+    context = span.get_span_context()
+    if not context.is_valid:  # traces are off: no id to correlate with
+        return {"request_id": request_id}
+    return {"request_id": request_id, "trace_id": f"{context.trace_id:032x}"}
+
+
+_OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/embeddings": "embeddings",
+}
+
+
+def _annotate(
+    span: trace.Span, operation: str, facts: dict[str, Any], status: int, request_id: str
+) -> None:
+    """GenAI semantic-convention attributes on the request's server span."""
+    model = facts.get("model")
+    if model:
+        span.update_name(f"{operation} {model}")
+    attributes = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.request.model": model,
+        "gen_ai.request.stream": facts.get("stream"),
+        "gen_ai.usage.input_tokens": facts.get("prompt_tokens"),
+        "gen_ai.usage.output_tokens": facts.get("completion_tokens"),
+        "http.response.status_code": status,
+        "shunter.request_id": request_id,
+        "shunter.route.deployment": facts.get("deployment"),
+        "shunter.route.reason": facts.get("route"),
+    }
+    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    if status >= 400:
+        span.set_attribute("error.type", str(status))
+        span.set_status(trace.StatusCode.ERROR)
+
+
+def _incoming_id(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            text = value.decode("latin-1")
+            return text if _VALID_ID.match(text) else None
+    return None

@@ -1,0 +1,320 @@
+"""The request path shared by chat and text completions.
+
+admit (key, budget, key limits) → exact cache → dispatch (deployment limits, retries,
+fallback, breakers) → respond → settle (actual tokens, spend). Streams commit their HTTP
+status only once the first chunk has arrived; later failures become an in-band error frame.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import anyio
+import structlog
+from litestar.exceptions import ClientException, MethodNotAllowedException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.types import ASGIApp, Receive, Scope, Send
+from pydantic import BaseModel, ValidationError
+
+from backends.base import Backend, cost_usd
+from gateway.admission.admit import Admission, AdmissionTicket, RequestFacts
+from gateway.admission.cache import ResponseCache, chat_chunks, completion_chunks
+from gateway.dispatch.attempts import Candidate
+from gateway.dispatch.router import Gateway, OpenedStream
+from gateway.dispatch.routing import describe_request
+from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
+from gateway.http.responses import EventStream, JSONBody
+from gateway.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    Usage,
+)
+from gateway.protocol.frames import Framed, FrameStream, RawChatBackend
+from gateway.protocol.sse import DONE, error_frame, frame
+
+Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
+Whole = TypeVar("Whole", ChatCompletion, Completion)
+Chunk = TypeVar("Chunk", ChatCompletionChunk, Completion)
+M = TypeVar("M", bound=BaseModel)
+log = structlog.get_logger("shunter.api")
+MAX_BODY_BYTES = 10_000_000  # as the framework's default for its own handlers
+
+
+@dataclass(frozen=True)
+class Endpoint(Generic[Req, Whole, Chunk]):
+    """How one generation endpoint maps onto the backend contract."""
+
+    operation: str
+    request_type: type[Req]
+    response_type: type[Whole]
+    facts: Callable[[Req, str | None], RequestFacts]
+    whole: Callable[[Backend, Req], Awaitable[Whole]]
+    stream: Callable[[Backend, Req], FrameStream]
+    replay: Callable[[Whole], list[Chunk]]
+
+
+CHAT: Endpoint[ChatCompletionRequest, ChatCompletion, ChatCompletionChunk] = Endpoint(
+    "chat",
+    ChatCompletionRequest,
+    ChatCompletion,
+    RequestFacts.of_chat,
+    lambda backend, body: backend.chat(body),
+    lambda backend, body: (
+        backend.chat_stream_raw(body)
+        if isinstance(backend, RawChatBackend)
+        else Framed(backend.chat_stream(body))
+    ),
+    chat_chunks,
+)
+COMPLETION: Endpoint[CompletionRequest, Completion, Completion] = Endpoint(
+    "text_completion",
+    CompletionRequest,
+    Completion,
+    RequestFacts.of_completion,
+    lambda backend, body: backend.completion(body),
+    lambda backend, body: Framed(backend.completion_stream(body)),
+    completion_chunks,
+)
+
+
+@dataclass
+class Services:
+    """What the request path uses besides the gateway; one per app."""
+
+    admission: Admission
+    cache: ResponseCache
+
+
+def parse_body(model: type[M], body: bytes) -> M:
+    """Validate a request body; errors become 400s naming the offending ``param``."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            raise InvalidRequestError(
+                "We could not parse the JSON body of your request: "
+                f"{first['msg']}. Send valid JSON with Content-Type application/json."
+            ) from exc
+        if first["type"] == "model_type":
+            raise InvalidRequestError("The request body must be a JSON object.") from exc
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequestError(
+            f"Invalid value for '{param}': {first['msg']}", param=param
+        ) from exc
+
+
+def request_facts(scope: Scope) -> dict[str, Any]:
+    """The log/metrics facts of this request (written out by the middleware)."""
+    facts: dict[str, Any] = scope.setdefault("state", {}).setdefault("log", {})
+    return facts
+
+
+def taking_work(gateway: Gateway) -> Gateway:
+    """The gateway, if it takes new work: while draining, new requests go elsewhere."""
+    if gateway.draining:
+        raise ServiceUnavailableError(
+            "This gateway is shutting down; retry on another replica.",
+            code="shutting_down",
+            retry_after=1.0,
+        )
+    return gateway
+
+
+def json_response(model: BaseModel, headers: dict[str, str]) -> JSONBody:
+    return JSONBody(model.model_dump_json().encode(), headers)
+
+
+async def handle(
+    scope: Scope, receive: Receive, send: Send, endpoint: Endpoint[Req, Whole, Chunk]
+) -> None:
+    """Serve one generation request end to end.
+
+    The generation endpoints are bare ASGI handlers: the request is read and answered
+    here, without the framework's per-request signature parsing and response objects
+    (errors still raise into the app's exception handlers)."""
+    if scope.get("method") != "POST":
+        raise MethodNotAllowedException(headers={"allow": "POST"})
+    body = parse_body(endpoint.request_type, await read_body(scope, receive))
+    facts = request_facts(scope)
+    facts.update(model=body.model, stream=bool(body.stream))
+    state = scope["app"].state
+    gateway = taking_work(state.gateway)
+    services: Services = state.services
+    admission = services.admission
+    ticket = await admission.admit(endpoint.facts(body, _header(scope, b"authorization")))
+    if ticket.key.id:
+        facts["key_id"] = ticket.key.id
+    request_id: str = scope["state"].get("request_id", "")
+    try:
+        response = await _serve(gateway, services, ticket, endpoint, body, facts, request_id)
+    except BaseException:
+        if ticket.deployment is None:
+            await admission.release(ticket)
+        else:
+            await admission.settle(ticket, None)
+        raise
+    await response(scope, receive, send)
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body; 413 past ``limit`` bytes (announced or received)."""
+    announced = _header(scope, b"content-length")
+    if announced is not None and announced.isdigit() and int(announced) > limit:
+        raise RequestEntityTooLarge
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientException("The client went away before sending the whole body.")
+        chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise RequestEntityTooLarge
+            parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _serve(
+    gateway: Gateway,
+    services: Services,
+    ticket: AdmissionTicket,
+    endpoint: Endpoint[Req, Whole, Chunk],
+    body: Req,
+    facts: dict[str, Any],
+    request_id: str,
+) -> ASGIApp:
+    admission, cache = services.admission, services.cache
+    cache_key = cache.key(body)
+    if cache_key is not None:
+        hit = await cache.get(cache_key, endpoint.response_type)
+        if hit is not None:
+            await admission.settle(ticket, None)
+            facts["cache"] = "hit"
+            headers = {"x-shunter-cache": "hit", **admission.headers(ticket)}
+            if body.stream:
+                frames = _replay(endpoint.replay(hit), body.include_usage())
+                return EventStream(frames, headers)
+            return json_response(hit, headers)
+
+    async def admit(candidate: Candidate) -> None:
+        await admission.admit_deployment(ticket, candidate.settings.name)
+
+    routing_facts = describe_request(body, request_id)
+    if body.stream:
+        started = time.perf_counter()
+        opened = await gateway.open_stream(
+            body.model, lambda b: endpoint.stream(b, body), endpoint.operation, admit, routing_facts
+        )
+        facts.update(
+            deployment=opened.candidate.settings.name,
+            route=opened.reason,
+            ttft_ms=_ms_since(started),
+        )
+
+        async def settle(usage: Usage | None) -> None:
+            opened.attempt.finish(usage.completion_tokens if usage else None)
+            facts.update(await _settled(admission, ticket, opened.candidate, usage))
+
+        frames = _sse(opened, body.include_usage(), facts, settle)
+        headers = {**_route_headers(opened.candidate, opened.reason), **admission.headers(ticket)}
+        return EventStream(frames, headers)
+
+    routed = await gateway.call(
+        body.model, lambda b: endpoint.whole(b, body), endpoint.operation, admit, routing_facts
+    )
+    chosen, result = routed.candidate, routed.value
+    facts.update(deployment=chosen.settings.name, route=routed.reason)
+    facts.update(await _settled(admission, ticket, chosen, result.usage))
+    if cache_key is not None:
+        await cache.put(cache_key, result)
+    headers = {**_route_headers(chosen, routed.reason), **admission.headers(ticket)}
+    return json_response(result, headers)
+
+
+async def _settled(
+    admission: Admission, ticket: AdmissionTicket, chosen: Candidate, usage: Usage | None
+) -> dict[str, Any]:
+    if usage is None:
+        await admission.settle(ticket, None)
+        return {}
+    cost = cost_usd(chosen.settings.price, usage.prompt_tokens, usage.completion_tokens)
+    await admission.settle(ticket, usage, cost)
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cost_usd": round(cost, 8),
+    }
+
+
+async def _sse(
+    opened: OpenedStream,
+    include_usage: bool,
+    facts: dict[str, Any],
+    on_end: Callable[[Usage | None], Awaitable[None]],
+) -> AsyncIterator[bytes]:
+    """Write frames as they come. The usage frame goes only to clients that asked for it;
+    a failure after the first byte becomes an in-band error frame, then ``[DONE]``."""
+    stream, failure = opened.rest, None
+    try:
+        yield opened.first
+        async for data in stream:
+            yield data
+    except GatewayError as exc:
+        failure = exc
+    except Exception:
+        log.exception("stream_failed", deployment=opened.candidate.settings.name)
+        failure = GatewayError("The stream failed on the server; it is incomplete.")
+    finally:
+        # a client disconnect cancels this generator; finishing the books must still run
+        with anyio.CancelScope(shield=True):
+            await _aclose(stream)
+            await on_end(stream.usage)
+    if failure is not None:
+        facts.update(stream_error=failure.message)
+        yield error_frame(failure) + DONE
+    elif include_usage and stream.usage_frame is not None:
+        yield stream.usage_frame + DONE
+    else:
+        yield DONE
+
+
+async def _replay(chunks: list[Any], include_usage: bool) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        if chunk.choices or include_usage:
+            yield frame(chunk)
+    yield DONE
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _route_headers(chosen: Candidate, reason: str) -> dict[str, str]:
+    return {
+        "x-shunter-deployment": chosen.settings.name,
+        "x-shunter-route": reason,
+        "cache-control": "no-cache",
+    }
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)

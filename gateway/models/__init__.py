@@ -1,0 +1,6 @@
+"""Model files: the local model cache (pull, list, remove, resolve a name to a GGUF) and the
+generated random-weight demo models.
+
+The llama.cpp backend and the app both use this layer; it imports only the floor
+(:mod:`gateway.errors`, :mod:`gateway.common`), never a backend or the app.
+"""

@@ -1,0 +1,166 @@
+"""Admission: auth, budget and limits around one request, as the HTTP layer will call it."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.base import Price
+from gateway.admission.admit import Admission, AdmissionTicket, RequestFacts
+from gateway.admission.keys import KeyRing
+from gateway.admission.limits import Budgets, DeploymentLimitedError, Limiter, RateLimit
+from gateway.config import GatewayConfig
+from gateway.errors import AuthenticationError, RateLimitError
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, Usage
+from gateway.state import MemoryStateStore, StateStore
+
+PRICES = {"gpu-a": Price(input_per_1m=1.0, output_per_1m=3.0), "gpu-b": None}
+
+
+def admission(store: StateStore, **limits: RateLimit) -> Admission:
+    return Admission(
+        KeyRing(store), Limiter(store), Budgets(store), prices=PRICES, deployment_limits=limits
+    )
+
+
+def facts(secret: str, prompt: int = 100, max_tokens: int | None = 50) -> RequestFacts:
+    return RequestFacts("tiny", f"Bearer {secret}", prompt, max_tokens)
+
+
+def test_prompt_estimates() -> None:
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 7}
+    )
+    estimate = RequestFacts.of_chat(chat, "Bearer k")
+    assert (estimate.prompt_tokens, estimate.max_output_tokens, estimate.n) == (104, 7, 1)
+    text = CompletionRequest.model_validate({"model": "m", "prompt": ["abcd", "ab"], "n": 2})
+    estimate = RequestFacts.of_completion(text, None)
+    assert (estimate.prompt_tokens, estimate.max_output_tokens, estimate.n) == (4, 16, 2)
+
+
+async def test_admit_reserves_prompt_plus_max_tokens_and_settle_reconciles(
+    store: StateStore,
+) -> None:
+    gate = admission(store, **{"gpu-a": RateLimit(rpm=100, tpm=10_000)})
+    secret, _ = await gate.keys.create("ci", rpm=5, tpm=1000)
+    ticket = await gate.admit(facts(secret))
+    assert ticket.tokens == 150
+    await gate.admit_deployment(ticket, "gpu-a")
+    headers = gate.headers(ticket)
+    assert headers["x-ratelimit-limit-requests"] == "5"  # the key's, tighter than gpu-a's
+    assert headers["x-ratelimit-remaining-requests"] == "4"
+    assert headers["x-ratelimit-remaining-tokens"] == "850"
+
+    cost = await gate.settle(ticket, Usage.of(100, 20))
+    assert cost == pytest.approx((100 * 1.0 + 20 * 3.0) / 1e6)
+    assert await gate.settle(ticket, Usage.of(100, 20)) == cost  # idempotent
+    probe = await gate.admit(facts(secret, prompt=0, max_tokens=1))
+    assert gate.headers(probe)["x-ratelimit-remaining-tokens"] == "879"  # 1000 - 120 - 1
+
+
+async def test_budget_is_charged_at_settle_and_refuses_when_exhausted(
+    store: StateStore,
+) -> None:
+    gate = admission(store)
+    secret, record = await gate.keys.create("ci", budget_usd=0.0002, budget_window_s=86400)
+    for _ in range(2):
+        ticket = await gate.admit(facts(secret))
+        await gate.admit_deployment(ticket, "gpu-a")
+        await gate.settle(ticket, Usage.of(100, 20))  # $0.00016 each
+    spent = await store.spend_get(f"key:{record.id}", 86400)
+    assert spent.usd == pytest.approx(0.00032)
+    with pytest.raises(RateLimitError) as caught:
+        await gate.admit(facts(secret))
+    assert caught.value.code == "insufficient_quota"
+    assert caught.value.headers()["x-should-retry"] == "false"
+
+
+async def test_a_limited_deployment_refuses_so_dispatch_can_fall_back() -> None:
+    store = MemoryStateStore()
+    gate = admission(store, **{"gpu-a": RateLimit(rpm=1)})
+    secret, _ = await gate.keys.create("ci", tpm=1000)
+    first = await gate.admit(facts(secret))
+    await gate.admit_deployment(first, "gpu-a")
+    second = await gate.admit(facts(secret))
+    with pytest.raises(DeploymentLimitedError) as caught:
+        await gate.admit_deployment(second, "gpu-a")
+    assert "deployment 'gpu-a'" in caught.value.message
+    assert caught.value.deployment == "gpu-a" and caught.value.status_code == 429
+    assert caught.value.retry_after == pytest.approx(60, abs=1)
+    assert caught.value.headers()["x-ratelimit-limit-requests"] == "1"
+    assert not caught.value.counts_as_failure  # never a breaker failure
+    await gate.admit_deployment(second, "gpu-b")  # no limits there
+    assert second.deployment == "gpu-b" and second.attempts == ["gpu-a", "gpu-b"]
+    await gate.settle(second, Usage.of(10, 10))
+    assert second.cost_usd == 0  # gpu-b has no price
+
+
+async def test_an_attempt_that_failed_gives_its_deployment_tokens_back() -> None:
+    store = MemoryStateStore()
+    gate = admission(store, **{"gpu-a": RateLimit(tpm=1000), "gpu-b": RateLimit(tpm=1000)})
+    secret, _ = await gate.keys.create("ci")
+    ticket = await gate.admit(facts(secret, prompt=300, max_tokens=100))
+    await gate.admit_deployment(ticket, "gpu-a")
+    await gate.admit_deployment(ticket, "gpu-b")  # gpu-a failed upstream
+    on_a = await gate.admit(facts(secret, prompt=0, max_tokens=1))
+    await gate.admit_deployment(on_a, "gpu-a")
+    assert gate.headers(on_a)["x-ratelimit-remaining-tokens"] == "999"
+    on_b = await gate.admit(facts(secret, prompt=0, max_tokens=1))
+    await gate.admit_deployment(on_b, "gpu-b")
+    assert gate.headers(on_b)["x-ratelimit-remaining-tokens"] == "599"
+
+
+async def test_release_gives_back_the_request_and_tokens() -> None:
+    store = MemoryStateStore()
+    gate = admission(store)
+    secret, _ = await gate.keys.create("ci", rpm=2, tpm=1000)
+    for _ in range(3):
+        ticket: AdmissionTicket = await gate.admit(facts(secret))
+        await gate.release(ticket)
+    assert gate.headers(ticket)["x-ratelimit-remaining-requests"] == "1"
+
+
+async def test_open_mode_admits_anonymous_requests_without_limits() -> None:
+    gate = admission(MemoryStateStore())
+    ticket = await gate.admit(RequestFacts("tiny", None, 10, None))
+    assert ticket.key.id == "anonymous"
+    assert ticket.tokens == 10 + 1024
+    assert gate.headers(ticket) == {}
+
+
+async def test_auth_errors_come_first() -> None:
+    environ = {"SHUNTER_MASTER_KEY": "sk-master"}
+    gate = Admission.build(MemoryStateStore(), _config(), environ=environ)
+    with pytest.raises(AuthenticationError):
+        await gate.admit(RequestFacts("tiny", "Bearer nope", 10, None))
+    ticket = await gate.admit(RequestFacts("tiny", "Bearer sk-master", 10, None))
+    assert ticket.key.admin
+    assert gate.prices == {"a": Price(input_per_1m=2.0)}
+
+
+def _config() -> GatewayConfig:
+    return GatewayConfig.model_validate(
+        {
+            "deployments": [
+                {
+                    "name": "a",
+                    "backend": "llamacpp",
+                    "model": "/models/tiny.gguf",
+                    "price": {"input_per_1m": 2.0},
+                }
+            ],
+            "models": {"tiny": {"candidates": ["a"]}},
+        }
+    )
+
+
+async def test_an_explicit_cost_wins_and_a_reloaded_config_updates_prices() -> None:
+    store = MemoryStateStore()
+    gate = admission(store)
+    secret, record = await gate.keys.create("ci", budget_usd=10, budget_window_s=3600)
+    ticket = await gate.admit(facts(secret))
+    await gate.admit_deployment(ticket, "gpu-a", RateLimit(rpm=7))
+    assert gate.headers(ticket)["x-ratelimit-limit-requests"] == "7"
+    assert await gate.settle(ticket, Usage.of(1, 1), cost=0.5) == 0.5
+    assert (await store.spend_get(f"key:{record.id}", 3600)).usd == pytest.approx(0.5)
+    gate.apply(_config())
+    assert gate.prices == {"a": Price(input_per_1m=2.0)}

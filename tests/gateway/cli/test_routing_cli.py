@@ -1,0 +1,88 @@
+"""``shunter plan`` and ``shunter route`` on a config with a generated GGUF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from backends.llamacpp.backend import LlamaCppSettings
+from gateway.cli import main
+from gateway.config import DeviceSpec, load_config
+from gateway.planner import Device
+from gateway.residency.placement import plan_deployments
+
+
+def config_file(tmp_path: Path, tiny_model: Path) -> Path:
+    path = tmp_path / "shunter.yaml"
+    path.write_text(
+        f"""
+devices:
+  - {{name: small-gpu, kind: cuda, memory_gb: 0.0001}}
+deployments:
+  - {{name: local, backend: llamacpp, model: {tiny_model}, n_ctx: 1024,
+     price: {{input_per_1m: 0.5, output_per_1m: 0.5}}}}
+  - {{name: cramped, backend: llamacpp, model: {tiny_model}, n_ctx: 8192, parallel: 8,
+     device: small-gpu, gpu_layers: -1, price: {{input_per_1m: 0.1, output_per_1m: 0.1}}}}
+models:
+  chat:
+    candidates: [cramped, local]
+    policy: [healthy, capable, fits_memory, cheapest]
+"""
+    )
+    return path
+
+
+def test_placement_uses_declared_device(tmp_path: Path, tiny_model: Path) -> None:
+    config = load_config(config_file(tmp_path, tiny_model))
+    cpu = Device("cpu", "cpu", 16 << 30)
+    placements = {
+        p.deployment: p for p in plan_deployments(config.deployments, config.devices, lambda: [cpu])
+    }
+    local, cramped = placements["local"].plan, placements["cramped"].plan
+    assert local is not None and local.device == "cpu" and local.fit == "fits"
+    assert cramped is not None and cramped.device == "small-gpu"
+    assert cramped.fit in ("partial_offload", "does_not_fit", "kv_spills")
+    assert DeviceSpec(name="x", kind="cpu", memory_gb=1).memory_gb == 1
+
+
+def test_route_explains_each_step(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = config_file(tmp_path, tiny_model)
+    assert main(["route", "--config", str(path), "--model", "chat", "--prompt-tokens", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "policy healthy > capable > fits_memory > cheapest" in out
+    assert "fits_memory" in out and "cramped" in out
+    # the cheaper deployment does not fit its device, so the route picks the other one
+    assert out.strip().splitlines()[-1].startswith("route: local")
+
+
+def test_route_with_too_long_request_has_no_candidate(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = config_file(tmp_path, tiny_model)
+    code = main(["route", "--config", str(path), "--model", "chat", "--prompt-tokens", "9000"])
+    assert code == 1
+    assert "no candidate" in capsys.readouterr().out
+
+
+def test_plan_prints_a_table(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--config", str(config_file(tmp_path, tiny_model))]) == 0
+    out = capsys.readouterr().out
+    assert "Memory plan" in out and "small-gpu" in out
+
+
+def test_an_embedding_deployment_is_planned_for_one_sequence(tiny_model: Path) -> None:
+    common = {"backend": "llamacpp", "model": str(tiny_model), "n_ctx": 1024, "parallel": 8}
+    generate = LlamaCppSettings(name="gen", **common)
+    embed = LlamaCppSettings(name="emb", task="embed", kv_cache_type="q8_0", **common)
+    cpu = Device("cpu", "cpu", 16 << 30)
+    gen_plan, emb_plan = (p.plan for p in plan_deployments([generate, embed], [], lambda: [cpu]))
+    assert gen_plan is not None and emb_plan is not None
+    assert (gen_plan.slots, emb_plan.slots) == (8, 1)
+    assert emb_plan.kv_dtype == "f16"  # what the embedding context really allocates
+    assert emb_plan.weights_bytes == gen_plan.weights_bytes
+    assert emb_plan.kv_bytes * 8 == gen_plan.kv_bytes
