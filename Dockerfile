@@ -4,7 +4,8 @@
 #   docker run --rm -p 127.0.0.1:8000:8000 -e SHUNTER_MASTER_KEY=sk-... shunter:cpu
 #       (embedded default: the demo model; without a key the gateway runs in open mode, which
 #       is meant for loopback only)
-#   docker run --rm shunter:cpu worker --model /models/m.gguf --host 0.0.0.0   # any subcommand
+#   docker run --rm -e SHUNTER_MASTER_KEY=sk-... shunter:cpu worker --model /models/m.gguf \
+#       --host 0.0.0.0   # any subcommand; beyond loopback a worker needs a key
 # The same image runs `shunter worker` (docker-compose.yml's llama.cpp worker).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm

@@ -115,6 +115,9 @@ class LiveStats:
     """Prompt tokens served from cached KV since start."""
     loaded: bool | None = None
     """A local model loaded on demand: is it in memory now? ``None``: always available."""
+    stalled: bool | None = None
+    """An in-process engine with work has made no progress for its stall timeout: it fails
+    its requests and takes no new ones until it moves again. ``None``: not watched here."""
 
 
 @runtime_checkable

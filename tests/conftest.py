@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,14 +39,18 @@ class Server:
 
 
 def start_server(
-    config: Path, log_path: Path, timeout_s: float = 60.0, env: dict[str, str] | None = None
+    config: Path,
+    log_path: Path,
+    timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> Server:
-    """Start `shunter serve` on a free loopback port and wait until it is ready."""
+    """Start `shunter serve` (plus ``args``) on a free loopback port; wait until it is ready."""
     port = free_port()
     command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [*command, "--port", str(port)],
+            [*command, "--port", str(port), *args],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},

@@ -32,6 +32,7 @@ from backends.http.plumbing import (
     protocol_error,
     read_api_key,
 )
+from backends.http.redact import Redactor
 from backends.http.upstream import Upstream, make_upstream
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.protocol import (
@@ -179,14 +180,17 @@ class AnthropicBackend:
 
     def _map_errors(self) -> AbstractContextManager[None]:
         """Transport failures (connect, timeout, reset) onto gateway.errors."""
-        return map_transport_errors(self.name)
+        return map_transport_errors(self.name, self._redactor())
+
+    def _redactor(self) -> Redactor:
+        return self._upstream.redactor if self._upstream is not None else Redactor()
 
     def _event_error(self, event: dict[str, Any]) -> GatewayError:
         """An ``error`` event in a stream, mapped by its type (overloaded → 503)."""
         error = event.get("error")
         kind = error.get("type") if isinstance(error, dict) else None
         status = ERROR_STATUS.get(kind or "", 500)
-        return error_for_status(self.name, status, json.dumps(event), {})
+        return error_for_status(self.name, status, json.dumps(event), {}, self._redactor())
 
     def _chat_only(self) -> GatewayError:
         exc = InvalidRequestError(

@@ -4,7 +4,12 @@
 * :class:`FrameStream` / :func:`iter_frame_batches`: a streamed body split into SSE events
   without decoding them (the connection itself is :mod:`backends.http.upstream`);
 * :func:`error_for_status` / :func:`error_for_transport`: upstream failures onto
-  :mod:`gateway.errors`.
+  :mod:`gateway.errors`. This is the one place upstream text becomes an error: the
+  client's message has secrets and internal addresses taken out
+  (:meth:`~backends.http.redact.Redactor.for_client`); the ``upstream_error`` log line keeps
+  the detail with only secrets taken out (:meth:`~backends.http.redact.Redactor.for_log`).
+  A rejected credential (401/402/403) and a failed connection tell the client no upstream
+  text at all.
 
 Every error raised from here has ``counts_as_failure`` set (declared on ``GatewayError``):
 True for connect errors, timeouts, cut streams, bad upstream JSON, 401/402/403/408/429/5xx;
@@ -26,10 +31,12 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
+import structlog
 from pydantic import Field
 
 from backends.base import DeploymentSettings, Timeouts
 from backends.http import h1
+from backends.http.redact import Redactor
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,
@@ -51,6 +58,7 @@ _CONTEXT_LENGTH = re.compile(
     re.IGNORECASE,
 )
 _BODY_LIMIT = 4096
+log = structlog.get_logger("shunter.upstream")
 
 
 def first_byte_limit(timeouts: Timeouts) -> float | None:
@@ -165,26 +173,33 @@ def _client_error(status: int, message: str, code: str | None) -> GatewayError:
 
 
 def error_for_status(
-    deployment: str, status: int, body: str, headers: Mapping[str, str]
+    deployment: str,
+    status: int,
+    body: str,
+    headers: Mapping[str, str],
+    redactor: Redactor | None = None,
 ) -> GatewayError:
     """Map an upstream error response onto the gateway's error tree.
 
     400/404/413/422: the client's fault, passed on, not a deployment failure.
     401/402/403: our credentials or account, 502 with ``x-should-retry: false``.
     408: 504. 429: 429 with retry-after. 529: 503 with retry-after. Other: 502.
+    ``redactor`` (the upstream's own) takes secrets and addresses out of what it said.
     """
-    body = body[:_BODY_LIMIT]
+    scrub = redactor or Redactor()
+    body = scrub.for_log(body[:_BODY_LIMIT])
     retry_after = retry_after_seconds(headers)
     upstream_msg, code, _ = error_details(body)
-    detail = upstream_msg or body[:300] or "(empty body)"
+    detail = scrub.for_client(upstream_msg or body[:300] or "(empty body)")
     exc: GatewayError
     counts = True
     if status in (400, 404, 413, 422):
-        exc, counts = _client_error(status, upstream_msg or detail, code), False
+        exc, counts = _client_error(status, detail, code), False
     elif status in (401, 402, 403):
+        # what it said about our credentials is the operator's business: in the log only
         exc = UpstreamError(
             f"upstream {deployment} rejected the gateway's credentials or account "
-            f"(HTTP {status}): {detail}; check the deployment's API key",
+            f"(HTTP {status}); check the deployment's API key",
             upstream_status=status,
             upstream_body=body,
             should_retry=False,
@@ -211,21 +226,29 @@ def error_for_status(
             upstream_body=body,
             retry_after=retry_after,
         )
+    emit = log.warning if counts else log.info
+    emit("upstream_error", deployment=deployment, status=status, body=body[:1000])
     return annotate(exc, counts_as_failure=counts, upstream_status=status, upstream_body=body)
 
 
-def error_for_transport(deployment: str, exc: Exception) -> GatewayError:
-    """Map a transport (httpx, :mod:`backends.http.h1`) or deadline failure onto the error tree."""
+def error_for_transport(
+    deployment: str, exc: Exception, redactor: Redactor | None = None
+) -> GatewayError:
+    """Map a transport (httpx, :mod:`backends.http.h1`) or deadline failure onto the error
+    tree. The client learns the kind of failure; the log also gets its text (which names
+    the upstream's address), secrets taken out."""
     out: GatewayError
+    kind = type(exc).__name__
     if isinstance(exc, httpx.PoolTimeout | h1.PoolTimeout):
         out = ServiceUnavailableError(f"no free connection to upstream {deployment}")
     elif isinstance(exc, httpx.TimeoutException | TimeoutError):
-        out = UpstreamTimeoutError(f"upstream {deployment} timed out ({type(exc).__name__})")
+        out = UpstreamTimeoutError(f"upstream {deployment} timed out ({kind})")
     elif isinstance(exc, httpx.ConnectError | h1.ConnectError):
-        out = ServiceUnavailableError(f"cannot connect to upstream {deployment}: {exc}")
+        out = ServiceUnavailableError(f"cannot connect to upstream {deployment} ({kind})")
     else:
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        out = UpstreamError(f"connection to upstream {deployment} failed ({detail})")
+        out = UpstreamError(f"connection to upstream {deployment} failed ({kind})")
+    detail = (redactor or Redactor()).for_log(f"{kind}: {exc}")
+    log.warning("upstream_unreachable", deployment=deployment, detail=detail[:1000])
     return annotate(out, counts_as_failure=True)
 
 
@@ -274,12 +297,12 @@ class FrameStream:
 
 
 @contextlib.contextmanager
-def map_transport_errors(deployment: str) -> Iterator[None]:
+def map_transport_errors(deployment: str, redactor: Redactor | None = None) -> Iterator[None]:
     """httpx failures and stray deadlines onto gateway.errors (see error_for_transport)."""
     try:
         yield
     except (httpx.HTTPError, h1.H1Error, TimeoutError) as exc:
-        raise error_for_transport(deployment, exc) from exc
+        raise error_for_transport(deployment, exc, redactor) from exc
 
 
 async def iter_frame_batches(

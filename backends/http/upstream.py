@@ -34,6 +34,7 @@ from backends.http.plumbing import (
     smallest,
     timeout_error,
 )
+from backends.http.redact import Redactor
 
 _KEEPALIVE_S = 30.0
 
@@ -41,7 +42,11 @@ _KEEPALIVE_S = 30.0
 class Upstream(Protocol):
     """One remote API, pooled; every error raised is a :class:`gateway.errors.GatewayError`
     except those raised while the caller iterates a stream (map them with
-    :func:`backends.http.plumbing.map_transport_errors`)."""
+    :func:`backends.http.plumbing.map_transport_errors`). ``redactor`` knows what this
+    upstream must not show anyone (the credentials sent to it, its address): pass it to
+    the error mapping of anything the upstream says."""
+
+    redactor: Redactor
 
     async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
         """POST a JSON ``body``; the answer's bytes, or the upstream's error mapped."""
@@ -95,9 +100,11 @@ class H1Upstream:
     def __init__(self, settings: HTTPDeploymentSettings, headers: Mapping[str, str]) -> None:
         self._name = settings.name
         self._connect_s = settings.timeouts.connect_s
+        sent = _headers(settings, headers)
+        self.redactor = Redactor.for_upstream(settings.base_url, sent)
         self._pool = h1.H1Pool(
             settings.base_url,
-            _headers(settings, headers),
+            sent,
             max_connections=settings.max_connections,
             keepalive_expiry=_KEEPALIVE_S,
         )
@@ -113,12 +120,14 @@ class H1Upstream:
                 response = await self._pool.request(method, path, body, connect_timeout=connect_s)
                 content = await response.read()
         except h1.H1Error as exc:
-            raise error_for_transport(self._name, exc) from exc
+            raise error_for_transport(self._name, exc, self.redactor) from exc
         except TimeoutError:
             raise timeout_error(self._name, f"no answer within {total_s}s") from None
         if response.is_error:
             text = content.decode(errors="replace")
-            raise error_for_status(self._name, response.status, text, response.headers)
+            raise error_for_status(
+                self._name, response.status, text, response.headers, self.redactor
+            )
         return content
 
     @asynccontextmanager
@@ -141,12 +150,14 @@ class H1Upstream:
         except h1.ReadTimeout:
             raise timeout_error(self._name, f"no response within {first_byte_s}s") from None
         except h1.H1Error as exc:
-            raise error_for_transport(self._name, exc) from exc
+            raise error_for_transport(self._name, exc, self.redactor) from exc
         try:
             if response.is_error:
                 content = await response.read()
                 text = content.decode(errors="replace")
-                raise error_for_status(self._name, response.status, text, response.headers)
+                raise error_for_status(
+                    self._name, response.status, text, response.headers, self.redactor
+                )
             chunks = response.iter_chunks()
             try:
                 first = await anext(chunks, b"")
@@ -179,9 +190,11 @@ class HttpxUpstream:
             keepalive_expiry=_KEEPALIVE_S,
         )
         timeouts = settings.timeouts
+        sent = _headers(settings, headers)
+        self.redactor = Redactor.for_upstream(settings.base_url, sent)
         self._client = httpx.AsyncClient(
             base_url=settings.base_url,
-            headers=_headers(settings, headers),
+            headers=sent,
             timeout=httpx.Timeout(
                 timeouts.total_s, connect=timeouts.connect_s, pool=timeouts.connect_s
             ),
@@ -199,12 +212,12 @@ class HttpxUpstream:
             async with asyncio.timeout(total_s):
                 response = await self._client.request(method, path, content=body)
         except httpx.HTTPError as exc:
-            raise error_for_transport(self._name, exc) from exc
+            raise error_for_transport(self._name, exc, self.redactor) from exc
         except TimeoutError:
             raise timeout_error(self._name, f"no answer within {total_s}s") from None
         if response.is_error:
             raise error_for_status(
-                self._name, response.status_code, response.text, response.headers
+                self._name, response.status_code, response.text, response.headers, self.redactor
             )
         return response.content
 
@@ -223,7 +236,7 @@ class HttpxUpstream:
             async with asyncio.timeout_at(first_deadline):
                 response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise error_for_transport(self._name, exc) from exc
+            raise error_for_transport(self._name, exc, self.redactor) from exc
         except TimeoutError:
             raise timeout_error(self._name, f"no response within {first_byte_s}s") from None
         try:
@@ -232,7 +245,11 @@ class HttpxUpstream:
                     if response.is_error:
                         await response.aread()
                         raise error_for_status(
-                            self._name, response.status_code, response.text, response.headers
+                            self._name,
+                            response.status_code,
+                            response.text,
+                            response.headers,
+                            self.redactor,
                         )
                     chunks = response.aiter_bytes()
                     first = await anext(chunks, b"")

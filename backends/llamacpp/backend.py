@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
@@ -26,6 +25,17 @@ from backends.llamacpp.sampling import (
     completion_logprobs,
 )
 from backends.llamacpp.text import CHATML_TEMPLATE, ChatTemplate
+from backends.llamacpp.tool_parsers import ParserName, detect_parser, markers
+from backends.llamacpp.tool_prompt import ToolPrompt
+from backends.llamacpp.tools import (
+    CallIds,
+    ToolPlan,
+    chat_grammar,
+    plan_tools,
+    stream_deltas,
+    tool_reader,
+    whole_message,
+)
 from gateway.common.durations import UNIT_SECONDS, split_duration
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.models.store import resolve_model_path
@@ -43,13 +53,10 @@ from gateway.protocol import (
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResponse,
-    ToolCall,
-    ToolCallDelta,
     Usage,
     new_id,
     now,
 )
-from gateway.protocol.chat import FunctionCall
 
 
 def _seconds(value: Any) -> Any:
@@ -93,6 +100,14 @@ class LlamaCppSettings(DeploymentSettings):
     max_queue: int = Field(default=64, ge=0, description="requests waiting for a slot")
     default_max_tokens: int = Field(default=512, ge=1)
     chat_template: str | None = None
+    tool_call_parser: ParserName | None = Field(
+        default=None,
+        description=(
+            "how tool calls are read from the output with tool_choice auto: hermes, "
+            "llama3_json or mistral; default: the convention the chat template shows "
+            "(hermes when it shows none)"
+        ),
+    )
     task: Literal["generate", "embed"] = Field(
         default="generate",
         description="embed: serve /v1/embeddings from an embedding model (pooled, normalised)",
@@ -101,6 +116,14 @@ class LlamaCppSettings(DeploymentSettings):
     preload: bool = Field(default=True, description="load at gateway start; false: on first use")
     keep_alive: Seconds | None = Field(
         default=None, description="unload after this long idle (seconds or 30s/5m/1h); none: never"
+    )
+    stall_timeout_s: Annotated[Seconds, Field(gt=0)] | None = Field(
+        default=60.0,
+        description=(
+            "with work pending and no decode step done for this long, the engine is stalled: "
+            "its requests fail with 503 engine_stalled and readiness turns 503 until it moves "
+            "again; keep it above the longest decode step (an n_batch prefill chunk); none: off"
+        ),
     )
 
     @model_validator(mode="after")
@@ -174,7 +197,9 @@ class LlamaCppBackend:
     def __init__(self, settings: LlamaCppSettings) -> None:
         self._settings = settings
         self._engine: LlamaEngine | None = None
-        self._template: ChatTemplate | None = None
+        self._prompt: ToolPrompt | None = None
+        self._parser: ParserName = settings.tool_call_parser or "hermes"
+        self._markers: frozenset[int] = frozenset()  # the parser's control-token markers
         self._embedder: EmbeddingModel | None = None
         self._n_ctx = settings.n_ctx
 
@@ -219,17 +244,23 @@ class LlamaCppBackend:
             settings.batch_settings(),
             gpu_layers=gpu_layers,
             max_queue=settings.max_queue,
+            stall_timeout_s=settings.stall_timeout_s,
+            name=settings.name,
         )
         await engine.start()
         self._engine = engine
         self._n_ctx = engine.n_ctx_per_slot
         model = engine.model
         source = settings.chat_template or model.metadata.get("tokenizer.chat_template")
-        self._template = ChatTemplate(
-            source or CHATML_TEMPLATE,
+        source = source or CHATML_TEMPLATE
+        template = ChatTemplate(
+            source,
             bos_token=_token_text(model, model.bos),
             eos_token=_token_text(model, model.eos),
         )
+        self._parser = settings.tool_call_parser or detect_parser(source)
+        self._prompt = ToolPrompt(template, self._parser)
+        self._markers = _control_tokens(model, markers(self._parser))
 
     def stats(self) -> LiveStats:
         if self._engine is None:
@@ -261,48 +292,53 @@ class LlamaCppBackend:
     # chat -----------------------------------------------------------------------------
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
-        tool = _forced_tool(request)
-        content, finished, logprobs = await self._collect(self._chat_job(request, tool))
-        if tool is not None:
-            call = ToolCall(id=new_id("call"), function=FunctionCall(name=tool, arguments=content))
-            message = AssistantMessage(content=None, tool_calls=[call])
+        plan = plan_tools(request)
+        reader = tool_reader(plan, request, self._parser)
+        text, finished, logprobs = await self._collect(self._chat_job(request, plan))
+        if reader is None:
+            message = AssistantMessage(content=text)
         else:
-            message = AssistantMessage(content=content)
+            message = whole_message([*reader.feed(text), *reader.finish()])
+        called = bool(message.tool_calls)
         choice = Choice(
             message=message,
-            finish_reason=_finish(finished, tool),
-            logprobs=chat_logprobs(logprobs) if request.logprobs and tool is None else None,
+            finish_reason=_finish(finished, called),
+            logprobs=chat_logprobs(logprobs) if request.logprobs and not called else None,
         )
         return ChatCompletion(model=request.model, choices=[choice], usage=_usage(finished))
 
     async def chat_stream(
         self, request: ChatCompletionRequest
     ) -> AsyncIterator[ChatCompletionChunk]:
-        tool = _forced_tool(request)
-        job = self._chat_job(request, tool)
+        plan = plan_tools(request)
+        reader = tool_reader(plan, request, self._parser)
+        job = self._chat_job(request, plan)
         chunk_id, created = new_id("chatcmpl"), now()
+        ids = CallIds()
+        called = False
 
         pending: list[TokenLogprob] = []  # for the next text chunk
 
         def chunk(delta: ChoiceDelta, finish: Any = None) -> ChatCompletionChunk:
-            logprobs = chat_logprobs(pending) if pending and tool is None else None
+            # a call's tokens have no place in content logprobs: they are dropped
+            logprobs = chat_logprobs(pending) if pending and not delta.tool_calls else None
             pending.clear()
             choice = ChunkChoice(delta=delta, finish_reason=finish, logprobs=logprobs)
             return ChatCompletionChunk(
                 id=chunk_id, created=created, model=request.model, choices=[choice]
             )
 
-        role = ChoiceDelta(role="assistant", content=None if tool else "")
-        if tool is not None:
-            role.tool_calls = [
-                ToolCallDelta(
-                    index=0,
-                    id=new_id("call"),
-                    type="function",
-                    function={"name": tool, "arguments": ""},
-                )
-            ]
-        first: ChoiceDelta | None = role
+        def deltas(text: str | None) -> list[ChoiceDelta]:
+            nonlocal called
+            if reader is None:
+                return [ChoiceDelta(content=text)] if text is not None else []
+            out = stream_deltas(reader.feed(text) if text is not None else reader.finish(), ids)
+            called = called or any(d.tool_calls for d in out)
+            return out
+
+        first: ChoiceDelta | None = ChoiceDelta(
+            role="assistant", content=None if plan.forced else ""
+        )
         async with aclosing(self._events(job)) as events:
             async for event in events:
                 if first is not None:  # sent once the job runs: queue-full is an HTTP 503
@@ -311,7 +347,9 @@ class LlamaCppBackend:
                 if isinstance(event, TokenLogprob):
                     pending.append(event)
                 elif isinstance(event, Finished):
-                    yield chunk(ChoiceDelta(), _finish(event, tool))
+                    for delta in deltas(None):
+                        yield chunk(delta)
+                    yield chunk(ChoiceDelta(), _finish(event, called))
                     yield ChatCompletionChunk(
                         id=chunk_id,
                         created=created,
@@ -319,13 +357,11 @@ class LlamaCppBackend:
                         choices=[],
                         usage=_usage(event),
                     )
-                elif tool is not None:
-                    args = ToolCallDelta(index=0, function={"arguments": event})
-                    yield chunk(ChoiceDelta(tool_calls=[args]))
                 else:
-                    yield chunk(ChoiceDelta(content=event))
+                    for delta in deltas(event):
+                        yield chunk(delta)
 
-    def _chat_job(self, request: ChatCompletionRequest, tool: str | None) -> GenerationJob:
+    def _chat_job(self, request: ChatCompletionRequest, plan: ToolPlan) -> GenerationJob:
         self._generating()
         _reject_unsupported(n=request.n)
         top_logprobs = _top_logprobs(request)
@@ -333,16 +369,16 @@ class LlamaCppBackend:
             raise InvalidRequestError(
                 f"deployment {self.name!r} does not accept images", param="messages"
             )
-        assert self._template is not None, "backend used before start()"
-        tools = [t.model_dump(exclude_none=True) for t in request.tools or []] or None
-        prompt = self._template.render(request.messages, tools)
+        assert self._prompt is not None, "backend used before start()"
+        prompt = self._prompt.render(request.messages, plan.offered(), plan.parallel)
         tokens = self._tokenize(prompt, special=True, param="messages")
-        grammar = _chat_grammar(request, tool)
-        param = "tools" if tool is not None else "response_format"
+        grammar, param = chat_grammar(plan, request, self._parser)
         job = self._job(
             tokens, request.output_limit(), request, request.stop_list(), grammar, param
         )
         job.top_logprobs = top_logprobs
+        if plan.mode == "auto":
+            job.visible_tokens = self._markers
         return job
 
     # completions ----------------------------------------------------------------------
@@ -353,7 +389,7 @@ class LlamaCppBackend:
             text = _prompt_text(request) + text
         logprobs = completion_logprobs(items, 0) if request.logprobs is not None else None
         choice = CompletionChoice(
-            text=text, finish_reason=_finish(finished, None), logprobs=logprobs
+            text=text, finish_reason=_finish(finished, False), logprobs=logprobs
         )
         return Completion(model=request.model, choices=[choice], usage=_usage(finished))
 
@@ -383,7 +419,7 @@ class LlamaCppBackend:
                 if isinstance(event, TokenLogprob):
                     pending.append(event)
                 elif isinstance(event, Finished):
-                    yield chunk("", _finish(event, None))
+                    yield chunk("", _finish(event, False))
                     yield Completion(
                         id=chunk_id,
                         created=created,
@@ -435,7 +471,9 @@ class LlamaCppBackend:
         raise AssertionError("the engine ended a job without Finished")
 
     def _tokenize(self, text: str, *, special: bool, param: str) -> list[int]:
-        tokens = self.engine.model.tokenize(text.encode("utf-8"), add_bos=True, special=special)
+        model = self.engine.model
+        tokens = model.tokenize(text.encode("utf-8"), add_bos=True, special=special)
+        tokens = tokens or start_of_text(model.bos, param)
         if len(tokens) >= self._n_ctx:
             raise ContextLengthExceededError(
                 f"This model's maximum context length is {self._n_ctx} tokens. "
@@ -465,6 +503,17 @@ class LlamaCppBackend:
             **_extra_sampling(request.model_extra or {}),
         )
         return GenerationJob(tokens, limit, sampling, stops, grammar, grammar_param)
+
+
+def start_of_text(bos: int, param: str) -> list[int]:
+    """What an empty prompt is generated from: the BOS token alone, as OpenAI's completions
+    answer an empty prompt as if from the start of a document. A model without a BOS token
+    (``bos`` < 0) has nothing to start from: 400 naming ``param``."""
+    if bos < 0:
+        raise InvalidRequestError(
+            "the prompt is empty and this model has no BOS token to start from", param=param
+        )
+    return [bos]
 
 
 def _extra_sampling(extra: dict[str, Any]) -> dict[str, Any]:
@@ -521,53 +570,10 @@ def _top_logprobs(request: ChatCompletionRequest) -> int | None:
     return top or 0
 
 
-def _forced_tool(request: ChatCompletionRequest) -> str | None:
-    """The tool the model must call: a named ``tool_choice``, or ``required`` with one tool."""
-    choice = request.tool_choice
-    tools = request.tools or []
-    if choice is None or choice in ("none", "auto"):
-        return None
-    if choice == "required":
-        if len(tools) != 1:
-            raise InvalidRequestError(
-                "tool_choice 'required' needs exactly one tool here; name the tool instead",
-                param="tool_choice",
-            )
-        return tools[0].function.name
-    assert not isinstance(choice, str)
-    if not any(t.function.name == choice.function.name for t in tools):
-        raise InvalidRequestError(
-            f"tool_choice names {choice.function.name!r}, which is not in tools",
-            param="tool_choice",
-        )
-    return choice.function.name
-
-
-def _chat_grammar(request: ChatCompletionRequest, tool: str | None) -> Any:
-    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
-
-    schema: dict[str, Any] | None = None
-    param = "response_format"
-    if tool is not None:
-        function = next(t.function for t in request.tools or [] if t.function.name == tool)
-        schema, param = function.parameters or {"type": "object"}, "tools"
-    elif request.response_format is not None and request.response_format.type == "json_schema":
-        assert request.response_format.json_schema is not None
-        schema = request.response_format.json_schema.schema_ or {"type": "object"}
-    elif request.response_format is not None and request.response_format.type == "json_object":
-        return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-    if schema is None:
-        return None
-    try:
-        return LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
-    except Exception as exc:
-        raise InvalidRequestError(f"unsupported JSON schema: {exc}", param=param) from exc
-
-
-def _finish(finished: Finished, tool: str | None) -> Literal["stop", "length", "tool_calls"]:
+def _finish(finished: Finished, called: bool) -> Literal["stop", "length", "tool_calls"]:
     if finished.reason == "length":
         return "length"
-    return "tool_calls" if tool is not None else "stop"
+    return "tool_calls" if called else "stop"
 
 
 def _prompt_text(request: CompletionRequest) -> str:
@@ -582,3 +588,14 @@ def _token_text(model: LoadedModel, token: int) -> str:
     if token < 0:
         return ""
     return model.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+
+def _control_tokens(model: LoadedModel, texts: tuple[str, ...]) -> frozenset[int]:
+    """The tokens among ``texts`` that are single control tokens, which the text of an answer
+    leaves out unless asked (see ``GenerationJob.visible_tokens``)."""
+    found: set[int] = set()
+    for text in texts:
+        tokens = model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        if len(tokens) == 1 and not model.detokenize(tokens):
+            found.add(tokens[0])
+    return frozenset(found)

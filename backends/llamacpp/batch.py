@@ -14,8 +14,13 @@ One thread owns the context and loops:
    chain; finished sequences leave at once, keeping their KV as a prefix cache;
 4. post the step's text pieces and :class:`Finished` events to the event loop in one call.
 
-It sleeps on a condition while nothing is running or waiting. Everything else (the wait queue
-bound, asyncio queues, tokenizing) lives on the event loop side, in ``engine.py``.
+It sleeps on a condition while nothing is running or waiting. It stamps ``progress_at``
+after every decode and when it is handed work while asleep; ``watchdog.py`` turns a stale
+stamp with work pending into a stall. A job it cannot place (no prompt tokens, a prompt that
+fills the sequence, token ids outside the vocabulary) fails alone at admission, and a running
+job that has nothing left to decode fails rather than keep the thread spinning. Everything
+else (the wait queue bound, asyncio queues, tokenizing) lives on the event loop side, in
+``engine.py``.
 """
 
 from __future__ import annotations
@@ -36,7 +41,12 @@ from backends.llamacpp.sampling import (
     token_logprob,
 )
 from backends.llamacpp.text import TextAssembler
-from gateway.errors import GatewayError, ServiceUnavailableError
+from gateway.errors import (
+    ContextLengthExceededError,
+    GatewayError,
+    InvalidRequestError,
+    ServiceUnavailableError,
+)
 
 MIN_COPY_GAIN = 16
 """Prefix tokens another sequence must hold beyond the chosen one's own cache before its whole
@@ -48,6 +58,10 @@ RATE_WINDOW_S = 10.0
 
 Deliver = Callable[[Event | BaseException], None]
 Post = Callable[[list[tuple[Deliver, Event | BaseException]]], None]
+
+
+def _nothing() -> None:
+    pass
 
 
 @dataclass(eq=False)
@@ -136,8 +150,9 @@ class _Rates:
 class Scheduler:
     """Owns the llama.cpp context and the thread that steps it; see the module docstring.
 
-    Figures read by other threads (``busy``, ``kv_used``, ``steps``, counters) are plain
-    attributes written only by the scheduler thread.
+    Figures read by other threads (``busy``, ``kv_used``, ``steps``, ``progress_at``,
+    counters) are plain attributes written only by the scheduler thread (``progress_at`` also
+    by :meth:`submit` while the thread sleeps).
     """
 
     def __init__(self, model: Any, settings: BatchSettings, post: Post) -> None:
@@ -157,6 +172,9 @@ class Scheduler:
         self._waiting: deque[Ticket] = deque()
         self._cond = threading.Condition()
         self._stopping = False
+        self._asleep = False
+        self._exited = self._orphaned = False
+        self._then: Callable[[], None] = _nothing
         self._order = 0
         self._outbox: list[tuple[Deliver, Event | BaseException]] = []
         self.rates = _Rates()
@@ -165,7 +183,15 @@ class Scheduler:
         self.steps = 0
         self.prompt_tokens_total = 0
         self.prefix_hit_tokens = 0
-        self._thread = threading.Thread(target=self._run, name="llamacpp-batch", daemon=True)
+        try:
+            self._warm_up()
+        except BaseException:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            raise
+        self.progress_at = time.monotonic()
+        """When the thread last decoded, or was handed work while asleep (monotonic clock)."""
+        self._thread = threading.Thread(target=self._main, name="llamacpp-batch", daemon=True)
         self._thread.start()
 
     @property
@@ -176,12 +202,19 @@ class Scheduler:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def pending(self) -> bool:
+        """Work is running or queued, or the thread died (then nothing will ever run)."""
+        return bool(self.busy or self._waiting) or not self._thread.is_alive()
+
     # event-loop side ------------------------------------------------------------------
 
     def submit(self, ticket: Ticket) -> None:
         with self._cond:
             if self._stopping:
                 raise ServiceUnavailableError("the llama.cpp engine is shutting down")
+            if self._asleep:  # an idle thread's old stamp must not count against new work
+                self.progress_at = time.monotonic()
             self._waiting.append(ticket)
             self._cond.notify()
 
@@ -194,33 +227,62 @@ class Scheduler:
                 return False
             return True
 
-    def close(self) -> None:
-        """Stop the thread, fail what is left, free the context (not the model)."""
-        import llama_cpp
+    def close(self, timeout_s: float | None = None, then: Callable[[], None] = _nothing) -> bool:
+        """Stop the thread, fail what is left, free the context, then call ``then`` (the
+        owner frees the model there).
 
+        False when the thread is still inside a step after ``timeout_s`` (a stalled decode):
+        the queue is failed now; the running jobs, the context and ``then`` are left to the
+        thread, which does them once that step returns (freeing memory a decode is using
+        would crash the process).
+        """
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join()
-        error = ServiceUnavailableError("the llama.cpp engine shut down", retry_after=1.0)
+            waiting, self._waiting = self._waiting, deque()
+            self._then = then
+        for ticket in waiting:
+            ticket.chain.free()
+        if waiting:
+            self._post([(t.deliver, _shut_down()) for t in waiting])
+        self._thread.join(timeout_s)
+        with self._cond:
+            self._orphaned = not self._exited
+        if self._orphaned:
+            return False
+        self._release_all()
+        return True
+
+    def _release_all(self) -> None:
+        import llama_cpp
+
         for seq in self._seqs:
             if seq.task is not None:
-                self._fail(seq, error)
-        while self._waiting:
-            ticket = self._waiting.popleft()
-            ticket.chain.free()
-            self._outbox.append((ticket.deliver, error))
+                self._fail(seq, _shut_down())
         self._flush()
         llama_cpp.llama_batch_free(self._batch)
         llama_cpp.llama_free(self._ctx)
+        self._then()
 
     # scheduler thread -----------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        finally:
+            with self._cond:
+                self._exited = True
+                orphaned = self._orphaned
+            if orphaned:  # close() gave up waiting for this thread: the cleanup is ours
+                self._release_all()
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not (self._stopping or self._waiting or self.busy):
+                    self._asleep = True
                     self._cond.wait()
+                self._asleep = False
                 if self._stopping:
                     return
                 free = sum(1 for s in self._seqs if s.task is None)
@@ -269,6 +331,7 @@ class Scheduler:
 
     def _admit(self, ticket: Ticket, seq: _Seq | None) -> None:
         job = ticket.job
+        check_prompt(job.prompt_tokens, self._model.n_vocab, self.n_ctx_seq)
         seq, cached = self._place(job.prompt_tokens, seq)
         self._order += 1
         seq.task = _Task(ticket, self._order, cached)
@@ -301,7 +364,7 @@ class Scheduler:
             llama_cpp.llama_memory_seq_cp(self._mem, donor.id, seq.id, -1, -1)
             seq.tokens = list(donor.tokens)
             shared = common[donor.id]
-        keep = min(shared, len(prompt) - 1)  # the last prompt token is decoded for logits
+        keep = max(0, min(shared, len(prompt) - 1))  # the last prompt token gives the logits
         self._trim(seq, keep)
         return seq, keep
 
@@ -315,12 +378,22 @@ class Scheduler:
             keep = 0
         del seq.tokens[keep:]
 
+    def _drop_dead(self) -> None:
+        """Cancelled jobs leave their sequences; so does a job with nothing to decode."""
+        for seq in self._seqs:
+            task = seq.task
+            if task is None:
+                continue
+            if task.ticket.job.cancelled.is_set():
+                self._finish(seq, "cancelled")
+            elif task.next_token is None and len(seq.tokens) >= len(task.prompt):
+                # nothing sampled and no prompt left: it would hold the sequence forever
+                self._fail(seq, GatewayError("llama.cpp job had nothing left to decode"))
+
     def _step(self) -> None:
         import llama_cpp
 
-        for seq in self._seqs:
-            if seq.task is not None and seq.task.ticket.job.cancelled.is_set():
-                self._finish(seq, "cancelled")
+        self._drop_dead()
         running = [s for s in self._seqs if s.task is not None]
         if not running:
             return
@@ -360,9 +433,23 @@ class Scheduler:
             for seq in running:
                 self._fail(seq, error)
             return
+        self.progress_at = time.monotonic()
         self.rates.add(n - decoded, decoded)
         for seq in outputs:
             self._sample(seq)
+
+    def _warm_up(self) -> None:
+        """Decode one token and forget it, so the first request does not pay for paging in
+        the weights (or building GPU kernels): that first step could outlast the watchdog."""
+        import llama_cpp
+
+        token = self._model.bos if self._model.bos >= 0 else 0
+        self._put(0, token, 0, 0, True)
+        self._batch.n_tokens = 1
+        code = llama_cpp.llama_decode(self._ctx, self._batch)
+        llama_cpp.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        if code != 0:
+            raise RuntimeError(f"llama.cpp could not decode a first token (code {code})")
 
     def _put(self, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:
         batch = self._batch
@@ -385,13 +472,14 @@ class Scheduler:
         if top is not None:
             self._outbox.append((task.ticket.deliver, self._logprob(task.out, token, top)))
         task.count += 1
-        piece = task.text.feed(self._model.token_to_piece(token))
+        visible = token in task.ticket.job.visible_tokens
+        piece = task.text.feed(self._model.token_to_piece(token, visible))
         if piece:
             self._emit(task, piece)
         if task.text.stopped:
             self._finish(seq, "stop")
-        elif task.count >= task.ticket.job.max_tokens:
-            self._finish(seq, "length")
+        elif task.count >= task.ticket.job.max_tokens or len(seq.tokens) >= self.n_ctx_seq:
+            self._finish(seq, "length")  # (or the token would not fit the sequence's KV)
         else:
             task.next_token = token
 
@@ -478,6 +566,22 @@ def _new_context(model: Any, settings: BatchSettings) -> Any:
     return ctx
 
 
+def check_prompt(prompt: list[int], n_vocab: int, n_ctx_seq: int) -> None:
+    """Refuse a prompt the scheduler cannot place: no tokens (nothing to decode, no logits to
+    sample from), no room left to generate in a sequence, or ids outside the vocabulary (one
+    bad id fails the whole batch's decode, neighbours included)."""
+    if not prompt:
+        raise InvalidRequestError("the prompt has no tokens", param="prompt")
+    if len(prompt) >= n_ctx_seq:
+        raise ContextLengthExceededError(
+            f"This model's maximum context length is {n_ctx_seq} tokens. "
+            f"However, the prompt has {len(prompt)} tokens.",
+            param="prompt",
+        )
+    if min(prompt) < 0 or max(prompt) >= n_vocab:
+        raise InvalidRequestError("the prompt has token ids outside the vocabulary", param="prompt")
+
+
 def _runs(ids: set[int]) -> int:
     """How many runs of consecutive ids ``ids`` makes: the passes one decode step needs."""
     return sum(1 for i in ids if i - 1 not in ids)
@@ -496,6 +600,10 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
         else:
             high = mid
     return low
+
+
+def _shut_down() -> ServiceUnavailableError:
+    return ServiceUnavailableError("the llama.cpp engine shut down", retry_after=1.0)
 
 
 def _as_gateway_error(exc: BaseException) -> GatewayError:

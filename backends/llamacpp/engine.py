@@ -6,8 +6,14 @@ all in one context. Here live the parts that belong to the event loop: the bound
 queue (back-pressure), per-request event queues, sampler-chain compilation (so a bad
 grammar is a 400 before anything streams), tokenizing, and the live figures.
 
-Closing the iterator returned by :meth:`LlamaEngine.run` cancels the job: a waiting job is
-withdrawn at once, a running one leaves its sequence at the scheduler's next step.
+Closing the iterator returned by :meth:`LlamaEngine.run` (or cancelling the task awaiting
+it) cancels the job: a waiting job is withdrawn at once, a running one leaves its sequence at
+the scheduler's next step.
+
+A watchdog (``watchdog.py``) looks at the scheduler from the event loop: when it has work and
+has made no progress for ``stall_timeout_s``, the engine is *stalled*. Its jobs then fail with
+503 ``engine_stalled``, new ones are refused the same way, and :meth:`LlamaEngine.stats` says
+``stalled`` (readiness turns 503) until the thread moves again.
 """
 
 from __future__ import annotations
@@ -15,16 +21,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from backends.base import LiveStats
 from backends.llamacpp.batch import BatchSettings, Deliver, Scheduler, Ticket
 from backends.llamacpp.sampling import Event, Finished, GenerationJob, Sampling, build_chain
+from backends.llamacpp.watchdog import StallWatch, check_interval
+from gateway.common.periodic import Periodic
 from gateway.errors import ServiceUnavailableError
 
 __all__ = ["Finished", "GenerationJob", "LlamaEngine", "LoadedModel", "Sampling"]
+
+log = structlog.get_logger("shunter.llamacpp")
 
 _QUIET: list[Any] = []  # keeps the no-op log callback alive while llama.cpp holds it
 
@@ -102,16 +115,26 @@ class LlamaEngine:
     """One model, one batched context, a bounded wait queue; see the module docstring."""
 
     def __init__(
-        self, model_path: Path, settings: BatchSettings, *, gpu_layers: int = 0, max_queue: int
+        self,
+        model_path: Path,
+        settings: BatchSettings,
+        *,
+        gpu_layers: int = 0,
+        max_queue: int,
+        stall_timeout_s: float | None = None,
+        name: str = "llamacpp",
     ) -> None:
         self._path = model_path
         self._settings = settings
         self._gpu_layers = gpu_layers
         self._max_queue = max_queue
+        self._name = name
         self._model: LoadedModel | None = None
         self._scheduler: Scheduler | None = None
-        self._in_flight = 0
+        self._live: set[Ticket] = set()  # submitted, until their consumer lets go
         self._job_s = 1.0  # moving average of a job's time in the engine, for retry-after
+        self._watch = StallWatch(stall_timeout_s) if stall_timeout_s is not None else None
+        self._watcher: Periodic | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -129,6 +152,9 @@ class LlamaEngine:
                 raise
 
         self._model, self._scheduler = await asyncio.to_thread(load)
+        if self._watch is not None:
+            self._watcher = Periodic(check_interval(self._watch.timeout_s), self._look)
+            self._watcher.start()
 
     @property
     def model(self) -> LoadedModel:
@@ -144,6 +170,10 @@ class LlamaEngine:
     def n_ctx_per_slot(self) -> int:
         return self.scheduler.n_ctx_seq
 
+    @property
+    def stalled(self) -> bool:
+        return self._watch is not None and self._watch.stalled
+
     def stats(self) -> LiveStats:
         scheduler = self._scheduler
         if scheduler is None:
@@ -151,7 +181,7 @@ class LlamaEngine:
         prefill, decode = scheduler.rates.per_second()
         total = scheduler.prompt_tokens_total
         return LiveStats(
-            in_flight=self._in_flight,
+            in_flight=len(self._live),
             queue_depth=scheduler.waiting,
             slots_busy=scheduler.busy,
             slots_total=scheduler.parallel,
@@ -161,15 +191,19 @@ class LlamaEngine:
             decode_tokens_per_s=decode,
             prefix_hit_rate=scheduler.prefix_hit_tokens / total if total else None,
             prefix_hit_tokens=scheduler.prefix_hit_tokens,
+            stalled=self.stalled,
         )
 
     async def run(self, job: GenerationJob) -> AsyncGenerator[Event, None]:
         """Yield text pieces, then one :class:`Finished`. Closing the iterator cancels.
 
         The job is queued on the first ``anext``; a full queue raises
-        :class:`ServiceUnavailableError` (503 with ``retry-after``) right there.
+        :class:`ServiceUnavailableError` (503 with ``retry-after``) right there, and so does
+        a stalled engine (code ``engine_stalled``).
         """
         scheduler = self.scheduler
+        if self.stalled:
+            raise self._stall_error()
         self._check_capacity(scheduler)
         model = self.model
         chain = build_chain(
@@ -182,7 +216,7 @@ class LlamaEngine:
         except BaseException:
             chain.free()
             raise
-        self._in_flight += 1
+        self._live.add(ticket)
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
@@ -195,13 +229,13 @@ class LlamaEngine:
                     self._job_s = 0.8 * self._job_s + 0.2 * (loop.time() - started)
                     return
         finally:
-            self._in_flight -= 1
+            self._live.discard(ticket)
             job.cancelled.set()
             if scheduler.withdraw(ticket):
                 chain.free()
 
     def _check_capacity(self, scheduler: Scheduler) -> None:
-        if self._in_flight < scheduler.parallel + self._max_queue:
+        if len(self._live) < scheduler.parallel + self._max_queue:
             return
         waiting = scheduler.waiting
         retry_after = min(30.0, max(1.0, self._job_s * (waiting + 1) / scheduler.parallel))
@@ -211,13 +245,52 @@ class LlamaEngine:
             retry_after=retry_after,
         )
 
+    async def _look(self) -> None:
+        """The watchdog's periodic look (see ``watchdog.py``)."""
+        scheduler, watch = self._scheduler, self._watch
+        if scheduler is None or watch is None:
+            return
+        now, progress_at = time.monotonic(), scheduler.progress_at
+        changed = watch.observe(now, progress_at, scheduler.pending)
+        if changed is None:
+            return
+        figures = {"busy": scheduler.busy, "queued": scheduler.waiting}
+        if not changed:
+            log.info("llamacpp_moving_again", deployment=self._name, **figures)
+            return
+        idle_s = round(now - progress_at, 3)
+        log.warning("llamacpp_stalled", deployment=self._name, idle_s=idle_s, **figures)
+        for ticket in list(self._live):
+            ticket.job.cancelled.set()  # a running one leaves its sequence if the thread moves
+            if scheduler.withdraw(ticket):
+                ticket.chain.free()
+            ticket.deliver(self._stall_error())
+
+    def _stall_error(self) -> ServiceUnavailableError:
+        assert self._watch is not None
+        timeout_s = self._watch.timeout_s
+        return ServiceUnavailableError(
+            f"deployment {self._name!r}: the llama.cpp engine has made no progress for over "
+            f"{timeout_s:g}s (stall_timeout_s); it takes no requests until it moves again",
+            code="engine_stalled",
+            retry_after=min(30.0, max(1.0, timeout_s)),
+        )
+
     async def aclose(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.stop()
+            self._watcher = None
         scheduler, model = self._scheduler, self._model
         self._scheduler = self._model = None
-        if scheduler is not None:
-            await asyncio.to_thread(scheduler.close)
-        if model is not None:
-            model.close()
+        if scheduler is None or model is None:  # never started (both are set together)
+            return
+        timeout_s = self._watch.timeout_s if self._watch is not None else None
+        if not await asyncio.to_thread(scheduler.close, timeout_s, model.close):
+            # a stalled decode: its jobs fail now; the thread frees the rest when it returns
+            log.warning("llamacpp_closed_while_stalled", deployment=self._name)
+            for ticket in list(self._live):
+                ticket.job.cancelled.set()
+                ticket.deliver(ServiceUnavailableError("the llama.cpp engine shut down"))
 
 
 def _deliver_all(items: list[tuple[Deliver, Event | BaseException]]) -> None:

@@ -62,6 +62,9 @@ class GenerationJob:
     stream: bool = True  # False: the text arrives in one piece just before Finished
     cancelled: threading.Event = field(default_factory=threading.Event)
     top_logprobs: int | None = None  # None: no logprobs; else a TokenLogprob per token
+    # control tokens written into the text (normally left out): tool-call markers such as
+    # Mistral's [TOOL_CALLS], which the tool-call reader must see
+    visible_tokens: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

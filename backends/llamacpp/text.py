@@ -15,7 +15,6 @@ from typing import Any
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from gateway.errors import InvalidRequestError
-from gateway.protocol import ChatMessage
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -35,10 +34,13 @@ class ChatTemplate:
         self._bos_token = bos_token
         self._eos_token = eos_token
 
-    def render(self, messages: list[ChatMessage], tools: list[dict[str, Any]] | None = None) -> str:
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        """The prompt for ``messages`` (as Hugging Face templates take them) and ``tools``."""
         try:
             return self._template.render(
-                messages=[_message_dict(m) for m in messages],
+                messages=messages,
                 tools=tools,
                 add_generation_prompt=True,
                 bos_token=self._bos_token,
@@ -52,17 +54,6 @@ class ChatTemplate:
                 f"the model's chat template could not render these messages: {exc}",
                 param="messages",
             ) from exc
-
-
-def _message_dict(message: ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.role, "content": message.text()}
-    if message.name:
-        out["name"] = message.name
-    if message.tool_calls:
-        out["tool_calls"] = [call.model_dump() for call in message.tool_calls]
-    if message.tool_call_id:
-        out["tool_call_id"] = message.tool_call_id
-    return out
 
 
 def _tojson(value: Any, indent: int | None = None) -> str:

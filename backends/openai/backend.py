@@ -39,6 +39,7 @@ from backends.http.plumbing import (
     protocol_error,
     read_api_key,
 )
+from backends.http.redact import Redactor
 from backends.http.upstream import Upstream, make_upstream
 from gateway.common.periodic import Periodic
 from gateway.errors import GatewayError, UpstreamError
@@ -257,7 +258,10 @@ class OpenAICompatBackend:
 
     def _map_errors(self) -> AbstractContextManager[None]:
         """Transport failures (connect, timeout, reset) onto gateway.errors."""
-        return map_transport_errors(self.name)
+        return map_transport_errors(self.name, self._redactor())
+
+    def _redactor(self) -> Redactor:
+        return self._upstream.redactor if self._upstream is not None else Redactor()
 
     def _require_upstream(self) -> Upstream:
         if self._upstream is None:
@@ -312,15 +316,14 @@ class OpenAICompatBackend:
         err = payload.get("error") if isinstance(payload, dict) else None
         detail = err if isinstance(err, dict) else payload
         code = detail.get("code") if isinstance(detail, dict) else None
+        redactor = self._redactor()
         body = json.dumps({"error": detail})
         if isinstance(code, int) and 400 <= code < 600:
-            return error_for_status(self.name, code, body, {})
+            return error_for_status(self.name, code, body, {}, redactor)
         message = detail.get("message") if isinstance(detail, dict) else None
-        exc = UpstreamError(
-            f"upstream {self.name} sent an error mid-stream: {message or body[:300]}",
-            upstream_body=body,
-        )
-        return annotate(exc, counts_as_failure=True, upstream_body=body)
+        shown = redactor.for_client(message if isinstance(message, str) else body[:300])
+        exc = UpstreamError(f"upstream {self.name} sent an error mid-stream: {shown}")
+        return annotate(exc, counts_as_failure=True, upstream_body=redactor.for_log(body))
 
 
 def _sum_stats(parts: list[LiveStats]) -> LiveStats:

@@ -2,16 +2,19 @@
 
 ::
 
-    ticket = await admission.admit(RequestFacts.of_chat(body, authorization))
+    key = await admission.authenticate(authorization)    # before the body is read
+    ticket = await admission.admit(RequestFacts.of_chat(body), key)
     # per upstream attempt, inside dispatch (a refusal falls back to the next deployment):
     await admission.admit_deployment(ticket, backend.name)
     ...
     cost = await admission.settle(ticket, usage)      # or release(ticket) if refused
     response.headers.update(admission.headers(ticket))
 
-``admit`` authenticates (401/403), checks the key's budget (429 ``insufficient_quota``,
-or 503 when the store is down) and takes one request plus the token estimate (prompt +
-max output tokens) from the key's RPM/TPM (429 with ``retry-after``). ``admit_deployment``
+``authenticate`` says who is calling from the ``Authorization`` header alone (401/403, 503
+when keys cannot be checked). ``admit`` checks that the key may use the model (403), the
+key's budget (429 ``insufficient_quota``, or 503 when the store is down) and takes one
+request plus the token estimate (prompt + max output tokens; prompt only for embeddings)
+from the key's RPM/TPM (429 with ``retry-after``). ``admit_deployment``
 does the same against the chosen deployment's limits. ``settle`` replaces the token
 estimate with the actual usage and adds the cost (from the deployment's price) to the
 key's spend.
@@ -24,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from backends.base import Price, cost_usd
-from gateway.admission.keys import KeyInfo, KeyRing
+from gateway.admission.keys import KeyInfo, KeyRing, check_model
 from gateway.admission.limits import (
     Budgets,
     DeploymentLimitedError,
@@ -35,7 +38,13 @@ from gateway.admission.limits import (
     ratelimit_headers,
 )
 from gateway.config import GatewayConfig
-from gateway.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest, Usage
+from gateway.protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    EmbeddingRequest,
+    Usage,
+)
 from gateway.state.base import StateStore
 
 _CHARS_PER_TOKEN = 4
@@ -44,7 +53,10 @@ _TOKENS_PER_MESSAGE = 4
 
 @dataclass(frozen=True)
 class RequestFacts:
-    """What admission needs to know about a request before it runs."""
+    """What admission needs to know about a request before it runs.
+
+    ``authorization`` is read only when :meth:`Admission.admit` is not given the key
+    (the HTTP layer authenticates first, from the header, and passes the key)."""
 
     model: str
     authorization: str | None
@@ -53,7 +65,7 @@ class RequestFacts:
     n: int = 1
 
     @classmethod
-    def of_chat(cls, body: ChatCompletionRequest, authorization: str | None) -> RequestFacts:
+    def of_chat(cls, body: ChatCompletionRequest, authorization: str | None = None) -> RequestFacts:
         """Facts of a chat request; the prompt estimate is ~4 characters per token."""
         text = sum(len(m.text()) + _tool_calls_chars(m) for m in body.messages)
         tools = sum(len(t.model_dump_json()) for t in body.tools or [])
@@ -62,11 +74,32 @@ class RequestFacts:
         return cls(body.model, authorization, prompt, body.output_limit(), body.n or 1)
 
     @classmethod
-    def of_completion(cls, body: CompletionRequest, authorization: str | None) -> RequestFacts:
+    def of_completion(
+        cls, body: CompletionRequest, authorization: str | None = None
+    ) -> RequestFacts:
         """Facts of a text-completion request (every prompt of a batch counted)."""
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         prompt = sum(math.ceil(len(p) / _CHARS_PER_TOKEN) + 1 for p in prompts)
         return cls(body.model, authorization, prompt, body.max_tokens, body.n or 1)
+
+    @classmethod
+    def of_embeddings(
+        cls, body: EmbeddingRequest, authorization: str | None = None
+    ) -> RequestFacts:
+        """Facts of an embeddings request: its inputs, and no output tokens. Text counts
+        ~4 characters per token; token-id inputs count exactly."""
+        given = body.input
+        if isinstance(given, str):
+            prompt = math.ceil(len(given) / _CHARS_PER_TOKEN)
+        else:
+            prompt = sum(_input_tokens(item) for item in given)
+        return cls(body.model, authorization, prompt, 0)
+
+
+def _input_tokens(item: str | int | list[int]) -> int:
+    if isinstance(item, str):
+        return math.ceil(len(item) / _CHARS_PER_TOKEN)
+    return len(item) if isinstance(item, list) else 1
 
 
 def _tool_calls_chars(message: ChatMessage) -> int:
@@ -135,10 +168,19 @@ class Admission:
         if deployment_limits is not None:
             self.deployment_limits = dict(deployment_limits)
 
-    async def admit(self, facts: RequestFacts) -> AdmissionTicket:
-        """Authenticate, check the budget, take from the key's limits; or raise."""
-        key = await self.keys.authenticate(facts.authorization, facts.model)
-        output = facts.max_output_tokens or self.default_output_reserve
+    async def authenticate(self, authorization: str | None) -> KeyInfo:
+        """Who is calling, from the ``Authorization`` header alone; or raise (401, 403, 503)."""
+        return await self.keys.identify(authorization)
+
+    async def admit(self, facts: RequestFacts, key: KeyInfo | None = None) -> AdmissionTicket:
+        """Check that ``key`` (authenticated from ``facts`` when not given) may use the
+        model, check the budget, take from the key's limits; or raise."""
+        if key is None:
+            key = await self.keys.identify(facts.authorization)
+        check_model(key, facts.model)
+        output = facts.max_output_tokens
+        if output is None:
+            output = self.default_output_reserve
         ticket = AdmissionTicket(key, facts.model, facts.prompt_tokens + output * facts.n)
         label = f"key '{key.name}'"
         if key.budget_usd is not None:

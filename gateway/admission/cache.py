@@ -1,10 +1,14 @@
 """Exact response cache: the same request to the same model gets the stored answer.
 
-The key is SHA-256 of the model and the canonical JSON of the request (keys sorted,
-``null`` fields dropped) without ``stream``, ``stream_options`` and ``user``, so a streamed
-and a non-streamed request share an entry. Caching is opt-in per model (:class:`CacheRule`)
-and, unless the rule says ``any_temperature``, only for ``temperature: 0`` (an absent
-temperature means the model's default, 1, so it is not cached).
+The key is SHA-256 of the API key's identity, the model and the canonical JSON of the
+request (keys sorted, ``null`` fields dropped) without ``stream``, ``stream_options`` and
+``user``, so a streamed and a non-streamed request share an entry. Entries are per API key:
+a hit never hands one key's answer (and with it, another tenant's prompt) to a different
+key; requests in open mode share the ``anonymous`` identity.
+
+Caching is opt-in per model (:class:`CacheRule`) and, unless the rule says
+``any_temperature``, only for ``temperature: 0`` (an absent temperature means the model's
+default, 1, so it is not cached).
 
 Only whole (non-stream) responses are stored; a streaming client gets the stored response
 replayed as chunks (:func:`chat_chunks`, :func:`completion_chunks`). Replays get a fresh
@@ -63,12 +67,14 @@ class CacheStats:
     errors: int = 0
 
 
-def request_digest(request: ChatCompletionRequest | CompletionRequest) -> str:
-    """SHA-256 of (model, canonical request JSON minus stream/stream_options/user)."""
+def request_digest(request: ChatCompletionRequest | CompletionRequest, owner: str) -> str:
+    """SHA-256 of (owner, model, canonical request JSON minus stream/stream_options/user);
+    ``owner`` is the API key's id."""
     kind = "chat" if isinstance(request, ChatCompletionRequest) else "completion"
     body = request.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=_IGNORED)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(f"{kind}\n{request.model}\n{canonical}".encode()).hexdigest()
+    text = f"{owner}\n{kind}\n{request.model}\n{canonical}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class ResponseCache:
@@ -82,14 +88,17 @@ class ResponseCache:
         self.max_bytes = max_bytes
         self.stats = CacheStats()
 
-    def key(self, request: ChatCompletionRequest | CompletionRequest) -> CacheKey | None:
-        """The cache key, or None when this request may not be cached."""
+    def key(
+        self, request: ChatCompletionRequest | CompletionRequest, owner: str
+    ) -> CacheKey | None:
+        """The cache key of ``request`` sent with the API key whose id is ``owner``, or None
+        when this request may not be cached."""
         rule = self.rules.get(request.model)
         if rule is None:
             return None
         if not rule.any_temperature and request.temperature != 0:
             return None
-        return CacheKey(request.model, request_digest(request), rule.ttl_s)
+        return CacheKey(request.model, request_digest(request, owner), rule.ttl_s)
 
     async def get(self, key: CacheKey, kind: type[R]) -> R | None:
         """The cached response (with a fresh id and time), or None."""

@@ -8,22 +8,36 @@ A master key from ``SHUNTER_MASTER_KEY`` is an admin that may use every model. W
 master key and no virtual key stored, auth is off ("open mode"): every request is let in
 as ``anonymous`` and the app must bind to loopback only (see :meth:`KeyRing.auth_enabled`).
 
+Open mode is decided once, when the gateway starts, and is never entered afterwards: a
+gateway that started with keys keeps requiring them when the store is emptied, flushed,
+restarted without persistence or unreachable (unknown keys get 401, keys that cannot be
+checked 503 ``auth_unavailable``). A store that cannot be read at start counts as holding
+keys: whether it does cannot be known, so keys are required. A gateway that started open
+turns auth on for good once a first key is stored (it looks every ``cache_ttl_s``);
+nothing turns it off again.
+
 Key records are cached in this process for ``cache_ttl_s`` (so a revocation reaches every
-replica within that time). While the store is down, a cached record keeps working and
-an uncached key gets a 503: auth fails closed.
+replica within that time), in two bounded LRU maps: keys found, and keys not found. A
+flood of random keys only pushes out other unknown keys, never a valid one. While the
+store is down, a cached record keeps working and an uncached key gets a 503: auth fails
+closed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import os
 import secrets
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
+import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import AuthenticationError, PermissionDeniedError, ServiceUnavailableError
@@ -32,7 +46,10 @@ from gateway.state.base import StateStore, StateUnavailable
 
 MASTER_KEY_ENV = "SHUNTER_MASTER_KEY"
 SECRET_PREFIX = "sk-shunter-"
-_MAX_CACHED = 10_000
+MAX_CACHED_KEYS = 10_000  # records of keys that exist
+MAX_CACHED_MISSES = 10_000  # hashes of keys that do not: bounded apart, so they evict each other
+log = structlog.get_logger("shunter.keys")
+_V = TypeVar("_V")
 _NO_KEY = (
     "You didn't provide an API key. You need to provide your API key in an Authorization "
     "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
@@ -130,8 +147,12 @@ class KeyRing:
         self._master = master_key or None
         self._ttl = cache_ttl_s
         self._clock = clock
-        self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
-        self._enabled: tuple[bool, float] | None = None
+        self._found: OrderedDict[str, tuple[KeyRecord, float]] = OrderedDict()
+        self._missing: OrderedDict[str, float] = OrderedDict()
+        # None: not decided yet; True: keys required, for good; False: started open,
+        # looking for a first key every cache_ttl_s
+        self._required: bool | None = True if self._master else None
+        self._looked_at = -math.inf
 
     @classmethod
     def from_env(
@@ -174,6 +195,7 @@ class KeyRing:
             budget_window_s=budget_window_s,
         )
         await self.store.key_put(record.secret_hash, record.id, record.model_dump_json())
+        self._missing.pop(record.secret_hash, None)
         return secret, record
 
     async def list_keys(self) -> list[KeyRecord]:
@@ -190,37 +212,32 @@ class KeyRing:
         if record.revoked_at is None:
             record = record.model_copy(update={"revoked_at": self._clock()})
             await self.store.key_put(record.secret_hash, record.id, record.model_dump_json())
-        self._cache.pop(record.secret_hash, None)
+        self._found.pop(record.secret_hash, None)
         return record
 
     # -- request path -------------------------------------------------------------------
     async def auth_enabled(self) -> bool:
-        """True with a master key or any stored key. Cached for ``cache_ttl_s``; while the
-        store is down the last answer stands, and with none yet auth counts as enabled."""
-        if self._master is not None:
+        """Whether requests need a key: decided on the first call (the app makes it at
+        start) and then only ever turned on. A master key, a stored key, or a store that
+        cannot be read turns it on for good; started open, a first stored key turns it on
+        (checked every ``cache_ttl_s``)."""
+        if self._required:
             return True
-        now = self._clock()
-        if self._enabled is not None and now - self._enabled[1] < self._ttl:
-            return self._enabled[0]
-        try:
-            enabled = await self.store.key_count() > 0
-        except StateUnavailable:
-            return True if self._enabled is None else self._enabled[0]
-        self._enabled = (enabled, now)
-        return enabled
+        return await self._keys_required()
 
-    async def authenticate(self, authorization: str | None, model: str) -> KeyInfo:
-        """Who sent this request, if they may use ``model``.
+    async def identify(self, authorization: str | None) -> KeyInfo:
+        """Who sent this request, from its ``Authorization`` header alone (nothing of the
+        body is needed, so a bad key is refused before the body is read).
 
         Raises :class:`AuthenticationError` (401, ``invalid_api_key``) for a missing or
-        unknown key, :class:`PermissionDeniedError` (403) for a revoked or expired key or a
-        model the key may not use, :class:`ServiceUnavailableError` (503) when the key
-        cannot be checked because the store is down.
+        unknown key, :class:`PermissionDeniedError` (403) for a revoked or expired key,
+        :class:`ServiceUnavailableError` (503, ``auth_unavailable``) when the key cannot
+        be checked because the store is down.
         """
         token = bearer_token(authorization)
         if self._is_master(token):
             return MASTER
-        if not await self.auth_enabled():
+        if not (self._required or await self._keys_required()):
             return ANONYMOUS
         if token is None:
             raise AuthenticationError(_NO_KEY)
@@ -233,48 +250,119 @@ class KeyRing:
         status = record.status(self._clock())
         if status != "active":
             raise PermissionDeniedError(f"This API key is {status}.", code=f"key_{status}")
-        if record.models is not None and model not in record.models:
-            raise PermissionDeniedError(
-                f"This API key may not use the model '{model}'.",
-                param="model",
-                code="model_not_allowed",
-            )
         return KeyInfo.of(record)
+
+    async def authenticate(self, authorization: str | None, model: str) -> KeyInfo:
+        """:meth:`identify`, then :func:`check_model` (403 for a model the key may not use)."""
+        key = await self.identify(authorization)
+        check_model(key, model)
+        return key
+
+    @property
+    def has_master(self) -> bool:
+        """Whether a master key is configured."""
+        return self._master is not None
+
+    def is_master(self, authorization: str | None) -> bool:
+        """Whether the header carries the master key (never true without one)."""
+        return self._is_master(bearer_token(authorization))
 
     def _is_master(self, token: str | None) -> bool:
         if token is None or self._master is None:
             return False
         return hmac.compare_digest(token.encode(), self._master.encode())
 
+    async def _keys_required(self) -> bool:
+        """See :meth:`auth_enabled`."""
+        if self._required:
+            return True
+        now = self._clock()
+        if self._required is False and now - self._looked_at < self._ttl:
+            return False
+        try:
+            count = await self.store.key_count()
+        except StateUnavailable:
+            if self._required is None:  # whether keys exist cannot be known: require them
+                log.warning("auth_undecidable", reason="state store unavailable; keys required")
+                self._required = True
+            return bool(self._required)  # started open: open until a key is seen
+        self._looked_at = now
+        if count > 0:
+            if self._required is False:
+                log.warning("auth_enabled", reason="a key was created; open mode is over")
+            self._required = True
+        elif self._required is None:
+            self._required = False
+        return self._required
+
     async def _lookup(self, key_hash: str) -> KeyRecord | None:
         now = self._clock()
-        cached = self._cache.get(key_hash)
-        if cached is not None and now - cached[1] < self._ttl:
-            return cached[0]
+        found = self._found.get(key_hash)
+        if found is not None and now - found[1] < self._ttl:
+            self._found.move_to_end(key_hash)
+            return found[0]
+        missed = self._missing.get(key_hash)
+        if missed is not None and now - missed < self._ttl:
+            return None
         try:
             raw = await self.store.key_get(key_hash)
         except StateUnavailable as exc:
-            if cached is not None and cached[0] is not None:
-                return cached[0]
-            raise ServiceUnavailableError(
-                "API keys cannot be checked right now (the state store is unavailable).",
-                code="auth_unavailable",
-                retry_after=2,
-                should_retry=True,
-            ) from exc
-        record = None if raw is None else KeyRecord.model_validate_json(raw)
-        if len(self._cache) >= _MAX_CACHED:
-            self._cache.clear()
-        self._cache[key_hash] = (record, now)
+            if found is not None:
+                return found[0]
+            raise _unavailable() from exc
+        if raw is None:
+            self._found.pop(key_hash, None)
+            _remember(self._missing, key_hash, now, MAX_CACHED_MISSES)
+            return None
+        record = KeyRecord.model_validate_json(raw)
+        self._missing.pop(key_hash, None)
+        _remember(self._found, key_hash, (record, now), MAX_CACHED_KEYS)
         return record
+
+
+def check_model(key: KeyInfo, model: str) -> None:
+    """403 ``model_not_allowed`` unless ``key`` may use ``model``."""
+    if key.models is not None and model not in key.models:
+        raise PermissionDeniedError(
+            f"This API key may not use the model '{_shown(model)}'.",
+            param="model",
+            code="model_not_allowed",
+        )
+
+
+def may_use(key: KeyInfo, model: str) -> bool:
+    """Whether ``key`` may use ``model`` (what ``GET /v1/models`` lists for it)."""
+    return key.models is None or model in key.models
+
+
+def _shown(model: str, limit: int = 256) -> str:
+    # a client's model name goes back into the message: a bounded copy of it
+    return model if len(model) <= limit else model[:limit] + "..."
+
+
+def _remember(cache: OrderedDict[str, _V], key: str, value: _V, bound: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > bound:
+        cache.popitem(last=False)  # the least recently used
+
+
+def _unavailable() -> ServiceUnavailableError:
+    return ServiceUnavailableError(
+        "API keys cannot be checked right now (the state store is unavailable).",
+        code="auth_unavailable",
+        retry_after=2,
+        should_retry=True,
+    )
 
 
 async def auth_configured(
     settings: StateSettings, environ: Mapping[str, str] | None = None
 ) -> bool:
     """Whether a gateway started with ``settings`` will require API keys: there is a master
-    key, or the store holds at least one key. Opens and closes a store of its own, so the
-    CLI can decide before binding whether to stay on loopback (open mode)."""
+    key, or the store holds at least one key (or cannot be read: then it fails closed).
+    Opens and closes a store of its own, so the CLI can decide before binding whether to
+    stay on loopback (open mode)."""
     store = open_store(settings)
     try:
         return await KeyRing.from_env(store, environ).auth_enabled()

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import ipaddress
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from gateway import __version__
 from gateway.cli import bench, keys, models, routing, worker
-from gateway.config import load_or_report
+from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, warn_if_open
+from gateway.config import GatewayConfig, load_or_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,13 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         "--redis-url", help="shared state (default: $SHUNTER_REDIS_URL, else in-memory)"
     )
     serve.add_argument(
-        "--allow-open",
-        action="store_true",
-        help="serve a non-loopback address without API keys",
-    )
-    serve.add_argument(
         "--drain-timeout", type=float, default=30.0, help="seconds to finish in-flight requests"
     )
+    add_edge_arguments(serve)
     serve.set_defaults(handler=_serve)
 
     demo = sub.add_parser("demo-model", help="write a generated random-weight GGUF")
@@ -61,7 +56,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gateway.admission.keys import auth_configured
     from gateway.dispatch.router import Gateway
     from gateway.http.app import AppSettings, create_app
     from gateway.http.server import serve
@@ -72,25 +66,15 @@ def _serve(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     state = StateSettings.from_env(redis_url=args.redis_url)
-    if not _loopback(args.host) and not args.allow_open and not asyncio.run(auth_configured(state)):
-        print(
-            f"error: refusing to serve {args.host} without API keys: set SHUNTER_MASTER_KEY "
-            "or create keys (shunter keys create), or pass --allow-open",
-            file=sys.stderr,
-        )
+    exposed = exposure(args.host, args.allow_open, state)
+    if exposed is None:
         return 2
     configure_logging(args.log_level)
+    warn_if_open(exposed, args.host, args.port)
     gateway = Gateway.from_config(config)
     settings = AppSettings(config=config, config_path=args.config, state=state)
     app = create_app(settings, gateway)
-    return serve(app, gateway, args.host, args.port, args.drain_timeout)
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+    return serve(app, gateway, args.host, args.port, args.drain_timeout, edge_limits(args))
 
 
 def _demo_model(args: argparse.Namespace) -> int:
@@ -112,8 +96,30 @@ def _check_config(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"{args.path}: {problem}", file=sys.stderr)
             return 2
+    for problem in _not_gguf(config):
+        print(f"{args.path}: {problem}", file=sys.stderr)
+        return 2
     print(
         f"{args.path}: ok ({len(config.deployments)} deployments, "
         f"{len(config.models)} models: {', '.join(config.models)})"
     )
     return 0
+
+
+def _not_gguf(config: GatewayConfig) -> list[str]:
+    """llama.cpp deployments whose ``model`` names an existing file that is not a GGUF."""
+    from gateway.models.store import GGUF_MAGIC
+
+    problems = []
+    for deployment in config.deployments:
+        path = Path(deployment.model).expanduser()
+        if deployment.backend != "llamacpp" or not path.is_file():
+            continue
+        with path.open("rb") as handle:
+            head = handle.read(len(GGUF_MAGIC))
+        if head != GGUF_MAGIC:
+            problems.append(
+                f"deployment {deployment.name!r}: model {deployment.model} is not a GGUF "
+                f"file (it starts with {head!r}, not {GGUF_MAGIC!r})"
+            )
+    return problems

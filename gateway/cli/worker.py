@@ -5,6 +5,10 @@ the same name, built from command-line flags instead of a YAML file. It speaks t
 OpenAI-compatible API (so a gateway can use it as a remote deployment through its
 OpenAI-compatible backend) and exposes its live figures (sequences busy, KV cells, queue,
 prefill/decode rates, prefix-cache hit rate) at ``GET /v1/worker/stats``.
+
+Like ``serve``, a worker binds a non-loopback address only with a key to check
+(``SHUNTER_MASTER_KEY``: callers send it as their bearer token, a gateway through its
+deployment's ``api_key_env``) or with ``--allow-open``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, warn_if_open
 from gateway.config import GatewayConfig
 
 
@@ -38,6 +43,7 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--port", type=int, default=8080)
     worker.add_argument("--log-level", default="info")
     worker.add_argument("--drain-timeout", type=float, default=30.0)
+    add_edge_arguments(worker)
     worker.set_defaults(handler=run_worker)
 
 
@@ -66,6 +72,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from gateway.dispatch.router import Gateway
     from gateway.http.app import AppSettings, create_app
     from gateway.http.server import serve
+    from gateway.state import StateSettings
     from gateway.telemetry.logs import configure_logging
 
     if not Path(args.model).is_file():
@@ -78,7 +85,12 @@ def run_worker(args: argparse.Namespace) -> int:
             where = ".".join(str(p) for p in error["loc"])
             print(f"error: {where}: {error['msg']}", file=sys.stderr)
         return 2
+    # a worker keeps its state in memory: only a master key can protect it
+    exposed = exposure(args.host, args.allow_open, StateSettings())
+    if exposed is None:
+        return 2
     configure_logging(args.log_level)
+    warn_if_open(exposed, args.host, args.port)
     gateway = Gateway.from_config(config)
     app = create_app(AppSettings(config=config, watch_config=False), gateway)
-    return serve(app, gateway, args.host, args.port, args.drain_timeout)
+    return serve(app, gateway, args.host, args.port, args.drain_timeout, edge_limits(args))

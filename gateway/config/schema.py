@@ -78,6 +78,19 @@ class ModelRoute(BaseModel):
     cache: CacheRule | None = None
 
 
+class HTTPSettings(BaseModel):
+    """``http:``: how the gateway treats its clients."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    send_timeout_s: float = Field(
+        default=30.0, gt=0, description="a client that takes no bytes this long is dropped"
+    )
+    protect_ops: bool = Field(
+        default=False, description="/metrics and readiness figures need the master key"
+    )
+
+
 class GatewayConfig(BaseModel):
     """The whole routing configuration."""
 
@@ -88,6 +101,7 @@ class GatewayConfig(BaseModel):
     models: dict[str, ModelRoute] = Field(min_length=1)
     reliability: ReliabilitySettings = ReliabilitySettings()
     local_models: LocalModelsSettings = LocalModelsSettings()
+    http: HTTPSettings = HTTPSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> GatewayConfig:

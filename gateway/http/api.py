@@ -1,41 +1,54 @@
-"""The OpenAI-compatible HTTP endpoints."""
+"""The OpenAI-compatible HTTP endpoints.
+
+Every ``/v1`` route answers only to a valid key when keys are configured: generation and
+embeddings through admission (:mod:`gateway.http.serving`); the model list shows the
+models the key may use; worker stats need any valid key. ``/health/liveness`` is public;
+``/metrics`` and readiness's figures need the master key when ``http.protect_ops`` is on
+(:mod:`gateway.http.middleware`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Any
 
-from litestar import Request, Response, asgi, get, post
+from litestar import Request, Response, asgi, get
 from litestar.params import FromPath
 from litestar.types import ASGIApp, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from backends.base import Backend, EmbeddingsBackend, cost_usd
+from gateway.admission.keys import KeyInfo, may_use
 from gateway.dispatch.router import Gateway
-from gateway.dispatch.routing import describe_request
-from gateway.errors import (
-    InvalidRequestError,
-    NotFoundError,
-)
+from gateway.errors import NotFoundError
 from gateway.http.serving import (
     CHAT,
     COMPLETION,
+    Services,
     handle,
+    handle_embeddings,
     json_response,
-    parse_body,
-    request_facts,
-    taking_work,
 )
-from gateway.protocol import (
-    EmbeddingRequest,
-    EmbeddingResponse,
-)
+from gateway.protocol import ModelList
 from gateway.telemetry.instruments import Telemetry
 
 
 def _gateway(request: Request[Any, Any, Any]) -> Gateway:
     gateway: Gateway = request.app.state.gateway
     return gateway
+
+
+async def _caller(request: Request[Any, Any, Any]) -> KeyInfo:
+    """The caller's key (401/403 without a valid one when keys are configured)."""
+    services: Services = request.app.state.services
+    return await services.admission.authenticate(request.headers.get("authorization"))
+
+
+async def _visible_models(request: Request[Any, Any, Any]) -> ModelList:
+    key = await _caller(request)
+    models = _gateway(request).model_list()
+    if key.models is None:
+        return models
+    return ModelList(data=[m for m in models.data if may_use(key, m.id)])
 
 
 @asgi("/v1/chat/completions", copy_scope=False)
@@ -48,38 +61,20 @@ async def completions(scope: Scope, receive: Receive, send: Send) -> None:
     await handle(scope, receive, send, COMPLETION)
 
 
-@post("/v1/embeddings", status_code=200)
-async def embeddings(request: Request[Any, Any, Any]) -> ASGIApp:
-    body = parse_body(EmbeddingRequest, await request.body())
-    facts = request_facts(request.scope)
-    facts.update(model=body.model)
-    gateway = taking_work(_gateway(request))
-
-    async def embed(backend: Backend) -> EmbeddingResponse:
-        if not isinstance(backend, EmbeddingsBackend) or not backend.capabilities.embeddings:
-            raise InvalidRequestError(
-                f"The model '{body.model}' does not serve embeddings.", param="model"
-            )
-        return await backend.embeddings(body)
-
-    routed = await gateway.call(body.model, embed, "embeddings", request=describe_request(body))
-    chosen, result = routed.candidate, routed.value
-    tokens = result.usage.prompt_tokens
-    cost = cost_usd(chosen.settings.price, tokens, 0)
-    facts.update(deployment=chosen.settings.name, prompt_tokens=tokens, cost_usd=cost)
-    headers = {"x-shunter-deployment": chosen.settings.name, "x-shunter-route": routed.reason}
-    return json_response(result, headers)
+@asgi("/v1/embeddings", copy_scope=False)
+async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
+    await handle_embeddings(scope, receive, send)
 
 
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> ASGIApp:
-    return json_response(_gateway(request).model_list(), {})
+    return json_response(await _visible_models(request), {})
 
 
 @get("/v1/models/{model_id:path}")
 async def retrieve_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> ASGIApp:
     model_id = model_id.lstrip("/")
-    for model in _gateway(request).model_list().data:
+    for model in (await _visible_models(request)).data:
         if model.id == model_id:
             return json_response(model, {})
     raise NotFoundError(
@@ -97,9 +92,15 @@ async def liveness() -> dict[str, str]:
 @get("/health/readiness")
 async def readiness(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     gateway = _gateway(request)
-    ready = gateway.ready and not gateway.draining
-    status = "shutting_down" if gateway.draining else "ready" if ready else "starting"
     deployments = {name: asdict(b.stats()) for name, b in sorted(gateway.backends.items())}
+    stalled = any(d.get("stalled") for d in deployments.values())  # a local engine is stuck
+    ready = gateway.ready and not gateway.draining and not stalled
+    status = (
+        "shutting_down" if gateway.draining
+        else "starting" if not gateway.ready
+        else "stalled" if stalled
+        else "ready"
+    )  # fmt: skip
     body = {"status": status, "config_version": gateway.config_version, "deployments": deployments}
     return Response(body, status_code=200 if ready else 503)
 
@@ -107,6 +108,7 @@ async def readiness(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]
 @get("/v1/worker/stats")
 async def worker_stats(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     """Live figures per deployment (sequences, KV cells, queue, rates, prefix hits), for routing."""
+    await _caller(request)
     backends = _gateway(request).backends
     deployments = {name: asdict(b.stats()) for name, b in sorted(backends.items())}
     return Response({"object": "worker.stats", "deployments": deployments})

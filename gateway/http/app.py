@@ -21,6 +21,7 @@ from gateway.dispatch.router import Gateway
 from gateway.dispatch.sharing import ReplicaSync
 from gateway.errors import GatewayError
 from gateway.http.api import ROUTES
+from gateway.http.guard import RequestGuard
 from gateway.http.middleware import RequestContextMiddleware, add_request_id
 from gateway.http.reload import ConfigWatcher
 from gateway.http.serving import Services
@@ -66,7 +67,10 @@ def create_app(
         sync = ReplicaSync(store, gw) if settings.state.redis_url else None
         if sync is not None:
             await sync.start()
+        # decided here, once: a gateway that starts with keys never runs open afterwards
         open_mode = not await services.admission.keys.auth_enabled()
+        if settings.config.http.protect_ops and not services.admission.keys.has_master:
+            log.warning("protect_ops_without_master_key", effect="/metrics always answers 401")
         log.info(
             "gateway_ready",
             models=sorted(settings.config.models),
@@ -89,7 +93,11 @@ def create_app(
     return Litestar(
         route_handlers=ROUTES,
         lifespan=[lifespan],
-        middleware=[DefineMiddleware(RequestContextMiddleware, telemetry=tel)],
+        # the guard first: a request it refuses is never parsed
+        middleware=[
+            DefineMiddleware(RequestGuard),
+            DefineMiddleware(RequestContextMiddleware, telemetry=tel),
+        ],
         before_send=[add_request_id],
         exception_handlers={
             GatewayError: _gateway_error,
@@ -105,12 +113,16 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
     return Services(
         admission=Admission.build(store, config, deployment_limits=_deployment_limits(config)),
         cache=ResponseCache(store, _cache_rules(config)),
+        send_timeout_s=config.http.send_timeout_s,
+        protect_ops=config.http.protect_ops,
     )
 
 
 def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.admission.apply(config, _deployment_limits(config))
     services.cache.rules = _cache_rules(config)
+    services.send_timeout_s = config.http.send_timeout_s
+    services.protect_ops = config.http.protect_ops
 
 
 def _deployment_limits(config: GatewayConfig) -> dict[str, RateLimit]:

@@ -1,8 +1,19 @@
-"""Request context: a request id on every response and one log line per request."""
+"""Request context: a request id on every response and one log line per request, and the
+guard on the operations endpoints.
+
+Fields of the log line that a client chose (the model name, ...) are cut to
+:data:`MAX_LOG_FIELD` characters. A request whose client left before the answer is logged
+with status 499 and ``client_gone`` (``disconnected`` or ``send_timeout``).
+
+With ``http.protect_ops``, ``/metrics`` answers 401 without the master key, and
+``/health/readiness`` answers only its status (same HTTP status, ``{"status": ...}``), so
+load balancers and probes keep working while its figures need the master key.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import time
@@ -14,10 +25,13 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from opentelemetry import trace
 
+from gateway.errors import AuthenticationError
 from gateway.telemetry.instruments import Telemetry
 
 log = structlog.get_logger("shunter.access")
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+MAX_LOG_FIELD = 256
+CLIENT_GONE = 499  # nginx's "client closed request": nobody was left to answer
 
 
 def request_id_of(scope: Scope) -> str:
@@ -52,10 +66,16 @@ class RequestContextMiddleware:
         if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
+        operation = _OPERATIONS.get(scope["path"])
+        if operation is None:  # health, metrics, models: no span, no access line
+            request_id_of(scope)
+            scope["state"]["log"] = {}
+            await _guarded(self.app, scope, receive, send)
+            return
         request_id = request_id_of(scope)
         facts: dict[str, Any] = {}
         scope["state"]["log"] = facts
-        status = 500
+        status = 0
         started = time.perf_counter()
 
         async def send_recording_status(message: Message) -> None:
@@ -64,10 +84,6 @@ class RequestContextMiddleware:
                 status = message["status"]
             await send(message)
 
-        operation = _OPERATIONS.get(scope["path"])
-        if operation is None:  # health, metrics, models: no span, no access line
-            await self.app(scope, receive, send_recording_status)
-            return
         telemetry = self.telemetry
         span_cm = (
             telemetry.tracer.start_as_current_span(operation, kind=trace.SpanKind.SERVER)
@@ -79,19 +95,92 @@ class RequestContextMiddleware:
             try:
                 await self.app(scope, receive, send_recording_status)
             finally:
+                if not status:  # nothing was sent
+                    status = CLIENT_GONE if "client_gone" in facts else 500
                 duration = time.perf_counter() - started
                 telemetry.record(facts, status, duration)
                 if telemetry.tracing:
                     _annotate(span, operation, facts, status, request_id)
                 log.info(
                     "request",
-                    method=scope["method"],
+                    method=_clip(scope["method"]),
                     path=scope["path"],
                     status=status,
                     duration_ms=round(duration * 1000, 2),
-                    **facts,
+                    **_clipped(facts),
                 )
                 structlog.contextvars.reset_contextvars(**bound)
+
+
+def _clip(value: str) -> str:
+    if len(value) <= MAX_LOG_FIELD:
+        return value
+    return f"{value[:MAX_LOG_FIELD]}...(+{len(value) - MAX_LOG_FIELD} chars)"
+
+
+def _clipped(facts: dict[str, Any]) -> dict[str, Any]:
+    """``facts`` with every string cut to :data:`MAX_LOG_FIELD` (the dict itself when none
+    is longer: the usual case costs no copy)."""
+    for value in facts.values():
+        if isinstance(value, str) and len(value) > MAX_LOG_FIELD:
+            return {k: _clip(v) if isinstance(v, str) else v for k, v in facts.items()}
+    return facts
+
+
+# --- the operations endpoints -----------------------------------------------------------
+
+_PROTECTED = {"/metrics": "deny", "/health/readiness": "status only"}
+
+
+async def _guarded(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Serve a request outside the API, guarding the operations endpoints when asked to."""
+    rule = _PROTECTED.get(scope["path"])
+    services = getattr(scope["app"].state, "services", None)
+    if rule is None or services is None or not services.protect_ops:
+        await app(scope, receive, send)
+        return
+    keys = services.admission.keys
+    if keys.is_master(_header(scope, b"authorization")):
+        await app(scope, receive, send)
+    elif rule == "deny":
+        error = AuthenticationError("This endpoint needs the gateway's master key.")
+        await _send_json(send, error.status_code, error.to_body())
+    else:
+        await _status_only(app, scope, receive, send)
+
+
+async def _status_only(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Run the endpoint, but send only the ``status`` of its JSON answer (same HTTP status)."""
+    head: dict[str, Any] = {"status": 500}
+    parts: list[bytes] = []
+
+    async def capture(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            head["status"] = message["status"]
+        elif message["type"] == "http.response.body":
+            parts.append(message.get("body", b""))
+
+    await app(scope, receive, capture)
+    try:
+        answer = json.loads(b"".join(parts))
+    except ValueError:
+        answer = {}
+    status = answer.get("status") if isinstance(answer, dict) else None
+    await _send_json(send, head["status"], {"status": status})
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 def _ids(request_id: str, span: trace.Span) -> dict[str, str]:

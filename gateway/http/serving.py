@@ -1,12 +1,18 @@
-"""The request path shared by chat and text completions.
+"""The request path of chat, text completions and embeddings.
 
-admit (key, budget, key limits) → exact cache → dispatch (deployment limits, retries,
+authenticate (the ``Authorization`` header, before the body is read) → parse → admit
+(model scope, budget, key limits) → exact cache → dispatch (deployment limits, retries,
 fallback, breakers) → respond → settle (actual tokens, spend). Streams commit their HTTP
 status only once the first chunk has arrived; later failures become an in-band error frame.
+
+From admission on, a :class:`~gateway.http.asgi.ClientWatch` stands by: a client that
+disconnects, or stops reading for longer than the send timeout, cancels the work wherever
+it is (queue, backend call, stream), and admission gives back what was not used.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -19,24 +25,28 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.types import ASGIApp, Receive, Scope, Send
 from pydantic import BaseModel, ValidationError
 
-from backends.base import Backend, cost_usd
+from backends.base import Backend, EmbeddingsBackend, cost_usd
 from gateway.admission.admit import Admission, AdmissionTicket, RequestFacts
 from gateway.admission.cache import ResponseCache, chat_chunks, completion_chunks
+from gateway.admission.keys import KeyInfo
 from gateway.dispatch.attempts import Candidate
 from gateway.dispatch.router import Gateway, OpenedStream
 from gateway.dispatch.routing import describe_request
 from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
-from gateway.http.responses import EventStream, JSONBody
+from gateway.http.asgi import ClientWatch, EventStream, JSONBody
 from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
     Completion,
     CompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResponse,
     Usage,
 )
 from gateway.protocol.frames import Framed, FrameStream, RawChatBackend
 from gateway.protocol.sse import DONE, error_frame, frame
+from gateway.protocol.validation import request_error
 
 Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
 Whole = TypeVar("Whole", ChatCompletion, Completion)
@@ -53,7 +63,7 @@ class Endpoint(Generic[Req, Whole, Chunk]):
     operation: str
     request_type: type[Req]
     response_type: type[Whole]
-    facts: Callable[[Req, str | None], RequestFacts]
+    facts: Callable[[Req], RequestFacts]
     whole: Callable[[Backend, Req], Awaitable[Whole]]
     stream: Callable[[Backend, Req], FrameStream]
     replay: Callable[[Whole], list[Chunk]]
@@ -85,10 +95,15 @@ COMPLETION: Endpoint[CompletionRequest, Completion, Completion] = Endpoint(
 
 @dataclass
 class Services:
-    """What the request path uses besides the gateway; one per app."""
+    """What the request path uses besides the gateway; one per app.
+
+    ``send_timeout_s``: how long one write may wait for a client that stopped reading;
+    ``protect_ops``: whether ``/metrics`` and readiness figures need the master key."""
 
     admission: Admission
     cache: ResponseCache
+    send_timeout_s: float = 30.0
+    protect_ops: bool = False
 
 
 def parse_body(model: type[M], body: bytes) -> M:
@@ -96,18 +111,7 @@ def parse_body(model: type[M], body: bytes) -> M:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        if first["type"] == "json_invalid":
-            raise InvalidRequestError(
-                "We could not parse the JSON body of your request: "
-                f"{first['msg']}. Send valid JSON with Content-Type application/json."
-            ) from exc
-        if first["type"] == "model_type":
-            raise InvalidRequestError("The request body must be a JSON object.") from exc
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise InvalidRequestError(
-            f"Invalid value for '{param}': {first['msg']}", param=param
-        ) from exc
+        raise request_error(exc) from exc
 
 
 def request_facts(scope: Scope) -> dict[str, Any]:
@@ -139,28 +143,78 @@ async def handle(
     The generation endpoints are bare ASGI handlers: the request is read and answered
     here, without the framework's per-request signature parsing and response objects
     (errors still raise into the app's exception handlers)."""
-    if scope.get("method") != "POST":
-        raise MethodNotAllowedException(headers={"allow": "POST"})
+    services, gateway, key = await _authenticated(scope)
     body = parse_body(endpoint.request_type, await read_body(scope, receive))
     facts = request_facts(scope)
     facts.update(model=body.model, stream=bool(body.stream))
+    ticket = await services.admission.admit(endpoint.facts(body), key)
+    request_id: str = scope["state"].get("request_id", "")
+
+    def serve() -> Awaitable[ASGIApp]:
+        return _serve(gateway, services, ticket, endpoint, body, facts, request_id)
+
+    await _respond(scope, receive, send, services, ticket, serve)
+
+
+async def handle_embeddings(scope: Scope, receive: Receive, send: Send) -> None:
+    """Serve ``POST /v1/embeddings`` through the same admission as generation: the key
+    (before the body is read), its model scope, limits and budget, each deployment's
+    limits; settled with the real input tokens at the deployment's input price."""
+    services, gateway, key = await _authenticated(scope)
+    body = parse_body(EmbeddingRequest, await read_body(scope, receive))
+    facts = request_facts(scope)
+    facts["model"] = body.model
+    ticket = await services.admission.admit(RequestFacts.of_embeddings(body), key)
+    request_id: str = scope["state"].get("request_id", "")
+
+    def serve() -> Awaitable[ASGIApp]:
+        return _embed(gateway, services.admission, ticket, body, facts, request_id)
+
+    await _respond(scope, receive, send, services, ticket, serve)
+
+
+async def _authenticated(scope: Scope) -> tuple[Services, Gateway, KeyInfo]:
+    """The app's services, its gateway (if it takes work) and the caller's key, from the
+    headers alone: a request with a bad key is refused before its body is read."""
+    if scope.get("method") != "POST":
+        raise MethodNotAllowedException(headers={"allow": "POST"})
     state = scope["app"].state
     gateway = taking_work(state.gateway)
     services: Services = state.services
+    key = await services.admission.authenticate(_header(scope, b"authorization"))
+    request_facts(scope)["key_id"] = key.id
+    return services, gateway, key
+
+
+async def _respond(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    services: Services,
+    ticket: AdmissionTicket,
+    serve: Callable[[], Awaitable[ASGIApp]],
+) -> None:
+    """Run ``serve`` and write its response while a :class:`ClientWatch` stands by. A
+    client that leaves (or stops reading) ends both quietly: there is no one to answer."""
     admission = services.admission
-    ticket = await admission.admit(endpoint.facts(body, _header(scope, b"authorization")))
-    if ticket.key.id:
-        facts["key_id"] = ticket.key.id
-    request_id: str = scope["state"].get("request_id", "")
+    watch = ClientWatch(receive, send, services.send_timeout_s)
+    watch.start(scope)
     try:
-        response = await _serve(gateway, services, ticket, endpoint, body, facts, request_id)
-    except BaseException:
-        if ticket.deployment is None:
-            await admission.release(ticket)
-        else:
-            await admission.settle(ticket, None)
-        raise
-    await response(scope, receive, send)
+        try:
+            response = await serve()
+        except BaseException:
+            if ticket.deployment is None:
+                await admission.release(ticket)
+            else:
+                await admission.settle(ticket, None)
+            raise
+        await response(scope, receive, watch.send)
+    except (asyncio.CancelledError, Exception):
+        if watch.gone is None:
+            raise
+        request_facts(scope)["client_gone"] = watch.gone
+    finally:
+        watch.stop()
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes:
@@ -201,7 +255,7 @@ async def _serve(
     request_id: str,
 ) -> ASGIApp:
     admission, cache = services.admission, services.cache
-    cache_key = cache.key(body)
+    cache_key = cache.key(body, ticket.key.id)
     if cache_key is not None:
         hit = await cache.get(cache_key, endpoint.response_type)
         if hit is not None:
@@ -246,6 +300,35 @@ async def _serve(
         await cache.put(cache_key, result)
     headers = {**_route_headers(chosen, routed.reason), **admission.headers(ticket)}
     return json_response(result, headers)
+
+
+async def _embed(
+    gateway: Gateway,
+    admission: Admission,
+    ticket: AdmissionTicket,
+    body: EmbeddingRequest,
+    facts: dict[str, Any],
+    request_id: str,
+) -> ASGIApp:
+    async def admit(candidate: Candidate) -> None:
+        await admission.admit_deployment(ticket, candidate.settings.name)
+
+    async def embed(backend: Backend) -> EmbeddingResponse:
+        if not isinstance(backend, EmbeddingsBackend) or not backend.capabilities.embeddings:
+            raise InvalidRequestError(
+                f"The model '{body.model}' does not serve embeddings.", param="model"
+            )
+        return await backend.embeddings(body)
+
+    routing_facts = describe_request(body, request_id)
+    routed = await gateway.call(body.model, embed, "embeddings", admit, routing_facts)
+    chosen, result = routed.candidate, routed.value
+    # an upstream that reports no usage is charged the estimate admission reserved
+    usage = Usage.of(result.usage.prompt_tokens or ticket.tokens, 0)
+    facts.update(deployment=chosen.settings.name, route=routed.reason)
+    facts.update(await _settled(admission, ticket, chosen, usage))
+    headers = {"x-shunter-deployment": chosen.settings.name, "x-shunter-route": routed.reason}
+    return json_response(result, {**headers, **admission.headers(ticket)})
 
 
 async def _settled(

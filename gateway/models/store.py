@@ -8,12 +8,16 @@ A pull downloads into ``<name>.gguf.part`` (resumed with an HTTP ``Range`` reque
 exists), checks the size against ``Content-Length``, the sha256 against the expected one (given,
 or the sha256 ``X-Linked-ETag``/``ETag`` Hugging Face returns for LFS files) and the GGUF magic,
 and only then renames the file into place.
+
+``HF_TOKEN`` goes only to Hugging Face sources, and only over https (or to a loopback
+endpoint, for tests): a pull that would send it over plain http is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -205,6 +209,11 @@ class ModelCache:
             return PullResult(self.get(name), already=True)
         self.root.mkdir(parents=True, exist_ok=True)
         token = os.environ.get("HF_TOKEN") if src.hugging_face else None
+        if token and not _private_channel(src.url):
+            raise PullError(
+                f"refusing to send HF_TOKEN over plain http to {urlsplit(src.url).netloc}: "
+                "use an https endpoint, or unset HF_TOKEN for a public file"
+            )
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         part = self._file(name, ".part")
         expected = sha256.lower() if sha256 else None
@@ -230,6 +239,18 @@ class ModelCache:
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(meta, indent=2))
         os.replace(tmp, target)  # readers never see half a sidecar
+
+
+def _private_channel(url: str) -> bool:
+    """Whether a credential may travel to ``url``: https, or plain http on loopback."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return True
+    host = parts.hostname or ""
+    try:
+        return parts.scheme == "http" and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return parts.scheme == "http" and host == "localhost"
 
 
 def model_cache_dir() -> Path:

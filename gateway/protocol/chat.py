@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.protocol.common import (
     FinishReason,
+    Omitted,
     RequestModel,
     ResponseModel,
     StreamOptions,
@@ -140,14 +141,28 @@ class AssistantMessage(ResponseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     refusal: str | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: Omitted[list[ToolCall]] = None
+
+
+class ChatLogprobs(ResponseModel):
+    """``choice.logprobs``: both lists are required keys, ``null`` when there is none."""
+
+    content: list[Any] | None = None
+    refusal: list[Any] | None = None
 
 
 class Choice(ResponseModel):
     index: int = 0
     message: AssistantMessage
-    logprobs: Any | None = None
-    finish_reason: FinishReason | None = "stop"
+    logprobs: ChatLogprobs | None = None
+    finish_reason: FinishReason = "stop"
+
+    @field_validator("finish_reason", mode="before")
+    @classmethod
+    def _stopped(cls, value: object) -> object:
+        # a whole answer always says why it ended (no null in the schema): an upstream
+        # that gave no reason stopped
+        return "stop" if value is None else value
 
 
 class ChatCompletion(ResponseModel):
@@ -156,33 +171,31 @@ class ChatCompletion(ResponseModel):
     created: int = Field(default_factory=now)
     model: str
     object: Literal["chat.completion"] = "chat.completion"
-    system_fingerprint: str | None = None
-    usage: Usage | None = None
+    system_fingerprint: Omitted[str] = None
+    usage: Omitted[Usage] = None
 
 
 class ToolCallDelta(ResponseModel):
+    """A piece of a streamed tool call: ``id``, ``type`` and the name come with the first."""
+
     index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: dict[str, str] | None = None
+    id: Omitted[str] = None
+    type: Omitted[Literal["function"]] = None
+    function: Omitted[dict[str, str]] = None
 
 
 class ChoiceDelta(ResponseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    """A delta carries only what changed, as OpenAI sends it."""
 
-    @model_serializer(mode="wrap")
-    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # a delta carries only what changed, as OpenAI sends it
-        data: dict[str, Any] = handler(self)
-        return {k: v for k, v in data.items() if v is not None}
+    role: Omitted[Literal["assistant"]] = None
+    content: Omitted[str] = None
+    tool_calls: Omitted[list[ToolCallDelta]] = None
 
 
 class ChunkChoice(ResponseModel):
     index: int = 0
     delta: ChoiceDelta
-    logprobs: Any | None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason | None = None
 
 
@@ -192,5 +205,5 @@ class ChatCompletionChunk(ResponseModel):
     created: int
     model: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    system_fingerprint: str | None = None
-    usage: Usage | None = None
+    system_fingerprint: Omitted[str] = None
+    usage: Omitted[Usage] = None

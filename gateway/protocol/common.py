@@ -1,12 +1,28 @@
-"""Pieces shared by the OpenAI protocol models."""
+"""Pieces shared by the OpenAI protocol models.
+
+Answers follow OpenAI's published response schemas: a key the schema requires is always
+written (as ``null`` where it allows that), and an optional key whose schema has no ``null``
+is left out while unset. :data:`Omitted` marks such fields; it is decided per field when
+the model is serialised, so ``model_dump_json`` stays one pass in pydantic-core.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+
+
+def _unset(value: object) -> bool:
+    return value is None
+
+
+Omitted = Annotated[T | None, Field(exclude_if=_unset)]
+"""An optional response field written only when set: its schema has no ``null``."""
 
 
 class RequestModel(BaseModel):
@@ -39,7 +55,7 @@ class Usage(ResponseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
-    prompt_tokens_details: PromptTokensDetails | None = None
+    prompt_tokens_details: Omitted[PromptTokensDetails] = None
 
     @classmethod
     def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:

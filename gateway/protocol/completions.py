@@ -8,6 +8,7 @@ from pydantic import Field
 
 from gateway.protocol.common import (
     FinishReason,
+    Omitted,
     RequestModel,
     ResponseModel,
     StreamOptions,
@@ -47,6 +48,9 @@ class CompletionRequest(RequestModel):
 
 
 class CompletionChoice(ResponseModel):
+    """``finish_reason`` is ``null`` in stream chunks before the last, as OpenAI sends it
+    (the published schema, shared by whole answers and chunks, lists no ``null``)."""
+
     text: str
     index: int = 0
     logprobs: Any | None = None
@@ -59,5 +63,5 @@ class Completion(ResponseModel):
     created: int = Field(default_factory=now)
     model: str
     object: Literal["text_completion"] = "text_completion"
-    system_fingerprint: str | None = None
-    usage: Usage | None = None
+    system_fingerprint: Omitted[str] = None
+    usage: Omitted[Usage] = None

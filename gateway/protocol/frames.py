@@ -89,7 +89,20 @@ class DictFramed(Framed):
                 raise UpstreamError(f"deployment {self._deployment!r} sent invalid usage") from None
             self.usage_frame = _json_frame(chunk)
             chunk = await anext(self._chunks)
-        return _json_frame(chunk)
+        return _json_frame(_with_required_keys(chunk))
+
+
+def _with_required_keys(chunk: dict[str, Any]) -> dict[str, Any]:
+    """The chunk with the keys OpenAI's chunk schema requires even when ``null``: the engine's
+    chunks arrive with every ``null`` dropped (``finish_reason`` until the last chunk, a
+    logprobs object's ``refusal``)."""
+    for choice in chunk.get("choices") or ():
+        choice.setdefault("finish_reason", None)
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict):
+            logprobs.setdefault("content", None)
+            logprobs.setdefault("refusal", None)
+    return chunk
 
 
 def _json_frame(chunk: dict[str, Any]) -> bytes:

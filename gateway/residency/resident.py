@@ -303,10 +303,10 @@ class ResidentBackend:
         except ModelLoadError:
             raise
         except Exception as exc:
+            # the reason names server paths: the log keeps it, the client gets none of it
             log.warning("model_load_failed", deployment=self.name, error=str(exc))
             raise ModelLoadError(
-                f"deployment {self.name!r} could not load its model "
-                f"({type(exc).__name__}: {str(exc)[:300]}); the next request tries again"
+                f"deployment {self.name!r}: model failed to load; the next request tries again"
             ) from exc
 
     async def _load(self) -> None:

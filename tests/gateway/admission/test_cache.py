@@ -27,6 +27,7 @@ from gateway.protocol import (
 from gateway.state import StateStore
 
 MESSAGES = [{"role": "user", "content": "hi"}]
+OWNER = "key_a"
 
 
 def chat(**fields: Any) -> ChatCompletionRequest:
@@ -44,51 +45,66 @@ def answer(content: str | None = "hello there", **fields: Any) -> ChatCompletion
 
 
 def test_the_key_ignores_stream_options_user_and_field_order() -> None:
-    base = request_digest(chat())
-    assert request_digest(chat(stream=True, stream_options={"include_usage": True})) == base
-    assert request_digest(chat(user="alice")) == base
-    assert request_digest(chat(max_tokens=None)) == base
+    base = request_digest(chat(), OWNER)
+    assert request_digest(chat(stream=True, stream_options={"include_usage": True}), OWNER) == base
+    assert request_digest(chat(user="alice"), OWNER) == base
+    assert request_digest(chat(max_tokens=None), OWNER) == base
     reordered = ChatCompletionRequest.model_validate(
         {"temperature": 0, "messages": MESSAGES, "model": "tiny"}
     )
-    assert request_digest(reordered) == base
+    assert request_digest(reordered, OWNER) == base
 
 
 def test_the_key_changes_with_anything_that_changes_the_answer() -> None:
-    base = request_digest(chat())
-    assert request_digest(chat(max_tokens=5)) != base
-    assert request_digest(chat(seed=1)) != base
-    assert request_digest(chat(some_vendor_extra=True)) != base
+    base = request_digest(chat(), OWNER)
+    assert request_digest(chat(max_tokens=5), OWNER) != base
+    assert request_digest(chat(seed=1), OWNER) != base
+    assert request_digest(chat(some_vendor_extra=True), OWNER) != base
     other_model = ChatCompletionRequest.model_validate(
         {"model": "big", "messages": MESSAGES, "temperature": 0}
     )
-    assert request_digest(other_model) != base
+    assert request_digest(other_model, OWNER) != base
     text = CompletionRequest.model_validate({"model": "tiny", "prompt": "hi", "temperature": 0})
-    assert request_digest(text) != base
+    assert request_digest(text, OWNER) != base
+
+
+def test_the_key_belongs_to_one_api_key() -> None:
+    # one tenant's cached answer (and the prompt it reveals) never serves another key
+    assert request_digest(chat(), "key_a") != request_digest(chat(), "key_b")
+    assert request_digest(chat(), "key_a") == request_digest(chat(), "key_a")
+
+
+async def test_a_hit_is_only_for_the_key_that_stored_it(store: StateStore) -> None:
+    cache = ResponseCache(store, {"tiny": CacheRule(ttl_s=60)})
+    mine, theirs = cache.key(chat(), "key_a"), cache.key(chat(), "key_b")
+    assert mine is not None and theirs is not None
+    await cache.put(mine, answer())
+    assert await cache.get(mine, ChatCompletion) is not None
+    assert await cache.get(theirs, ChatCompletion) is None
 
 
 def test_caching_is_opt_in_per_model_and_temperature_zero_by_default(store: StateStore) -> None:
     cache = ResponseCache(store, {"tiny": CacheRule(ttl_s=60)})
-    key = cache.key(chat())
+    key = cache.key(chat(), OWNER)
     assert key is not None and key.ttl_s == 60
-    assert cache.key(chat(temperature=0.7)) is None
-    assert cache.key(chat(temperature=None)) is None  # the model's default is not 0
+    assert cache.key(chat(temperature=0.7), OWNER) is None
+    assert cache.key(chat(temperature=None), OWNER) is None  # the model's default is not 0
     other = ChatCompletionRequest.model_validate(
         {"model": "big", "messages": MESSAGES, "temperature": 0}
     )
-    assert cache.key(other) is None
+    assert cache.key(other, OWNER) is None
     relaxed = ResponseCache(store, {"tiny": CacheRule(any_temperature=True)})
-    assert relaxed.key(chat(temperature=0.7)) is not None
+    assert relaxed.key(chat(temperature=0.7), OWNER) is not None
 
 
 async def test_a_stored_response_comes_back_with_a_fresh_id(store: StateStore) -> None:
     cache = ResponseCache(store, {"tiny": CacheRule(ttl_s=60)})
-    key = cache.key(chat())
+    key = cache.key(chat(), OWNER)
     assert key is not None
     assert await cache.get(key, ChatCompletion) is None
     original = answer()
     await cache.put(key, original)
-    streamed_key = cache.key(chat(stream=True))
+    streamed_key = cache.key(chat(stream=True), OWNER)
     assert streamed_key == key
     hit = await cache.get(key, ChatCompletion)
     assert hit is not None
@@ -99,7 +115,7 @@ async def test_a_stored_response_comes_back_with_a_fresh_id(store: StateStore) -
 
 async def test_entries_expire_after_their_ttl(store: StateStore) -> None:
     cache = ResponseCache(store, {"tiny": CacheRule(ttl_s=0.1)})
-    key = cache.key(chat())
+    key = cache.key(chat(), OWNER)
     assert key is not None
     await cache.put(key, answer())
     await asyncio.sleep(0.2)
@@ -108,7 +124,7 @@ async def test_entries_expire_after_their_ttl(store: StateStore) -> None:
 
 async def test_too_large_responses_are_not_stored(store: StateStore) -> None:
     cache = ResponseCache(store, {"tiny": CacheRule()}, max_bytes=100)
-    key = cache.key(chat())
+    key = cache.key(chat(), OWNER)
     assert key is not None
     await cache.put(key, answer("x" * 200))
     assert await cache.get(key, ChatCompletion) is None

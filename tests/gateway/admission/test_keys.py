@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from gateway.admission.keys import (
     ANONYMOUS,
     MASTER,
+    MAX_CACHED_MISSES,
     KeyRing,
     auth_configured,
     bearer_token,
@@ -16,6 +18,7 @@ from gateway.admission.keys import (
 )
 from gateway.errors import AuthenticationError, PermissionDeniedError, ServiceUnavailableError
 from gateway.state import MemoryStateStore, StateSettings, StateStore
+from gateway.state.base import StateUnavailable
 from gateway.state.redis import RedisStateStore
 from tests.redis_server import RedisServer
 
@@ -170,3 +173,95 @@ async def test_auth_configured_tells_the_cli_whether_to_stay_on_loopback(
     await KeyRing(store).create("first")
     await store.aclose()
     assert await auth_configured(settings, {})
+
+
+async def test_a_ring_that_started_with_keys_never_turns_open(own_redis: RedisServer) -> None:
+    clock = Clock()
+    store = RedisStateStore.from_url(own_redis.url, prefix="t", probe_interval_s=0.05)
+    ring = KeyRing(store, clock=clock)
+    secret, _ = await ring.create("ci")
+    assert await ring.auth_enabled()  # decided at start: keys required
+    try:
+        assert (own_redis.command("FLUSHALL") or "").startswith("+OK")
+        clock.now += 60  # past every cache
+        assert await store.key_count() == 0
+        assert await ring.auth_enabled()
+        for header in (None, "Bearer anything", f"Bearer {secret}"):
+            with pytest.raises(AuthenticationError):
+                await ring.identify(header)
+        own_redis.stop()  # and while the store is away: no key, no entry
+        with pytest.raises(AuthenticationError):
+            await ring.identify(None)
+        with pytest.raises(ServiceUnavailableError):
+            await ring.identify("Bearer sk-shunter-unknown")
+    finally:
+        await store.aclose()
+
+
+async def test_an_open_ring_turns_auth_on_for_good_once_a_key_exists(
+    own_redis: RedisServer,
+) -> None:
+    clock = Clock()
+    store = RedisStateStore.from_url(own_redis.url, prefix="t")
+    ring = KeyRing(store, clock=clock, cache_ttl_s=5)
+    assert await ring.identify(None) is ANONYMOUS  # decided at start: open
+    secret, record = await KeyRing(store, clock=clock).create("first")
+    assert await ring.identify(None) is ANONYMOUS  # looked at less than cache_ttl_s ago
+    clock.now += 5
+    with pytest.raises(AuthenticationError):
+        await ring.identify(None)
+    assert (await ring.identify(f"Bearer {secret}")).id == record.id
+    assert (own_redis.command("FLUSHALL") or "").startswith("+OK")
+    clock.now += 60
+    with pytest.raises(AuthenticationError):  # never back to open
+        await ring.identify(None)
+    await store.aclose()
+
+
+async def test_a_store_unreadable_at_start_means_keys_are_required(
+    own_redis: RedisServer,
+) -> None:
+    clock = Clock()
+    store = RedisStateStore.from_url(own_redis.url, prefix="t", probe_interval_s=0.05)
+    ring = KeyRing(store, clock=clock)
+    own_redis.stop()
+    try:
+        assert await ring.auth_enabled()  # cannot know whether keys exist: they are required
+        assert await auth_configured(StateSettings(redis_url=own_redis.url), {})
+        with pytest.raises(AuthenticationError):
+            await ring.identify(None)
+        with pytest.raises(ServiceUnavailableError) as caught:
+            await ring.identify("Bearer sk-shunter-x")
+        assert caught.value.code == "auth_unavailable"
+        assert caught.value.headers()["retry-after"] == "2"
+        own_redis.start()  # back, and empty: still no way in without a key
+        assert await _answers(store)
+        clock.now += 60
+        with pytest.raises(AuthenticationError):
+            await ring.identify(None)
+    finally:
+        await store.aclose()
+
+
+async def test_random_keys_do_not_push_valid_ones_out_of_the_cache() -> None:
+    ring = KeyRing(MemoryStateStore(), clock=Clock(), cache_ttl_s=60)
+    secret, _ = await ring.create("ci")
+    await ring.identify(f"Bearer {secret}")  # cached
+    for i in range(MAX_CACHED_MISSES + 50):
+        with pytest.raises(AuthenticationError):
+            await ring.identify(f"Bearer sk-shunter-random-{i}")
+    # an empty store from here on: only a cached record can still say who "ci" is
+    ring.store = MemoryStateStore()
+    assert (await ring.identify(f"Bearer {secret}")).name == "ci"
+
+
+async def _answers(store: RedisStateStore, timeout_s: float = 10.0) -> bool:
+    """Wait until the store answers again after an outage."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            await store.key_count()
+            return True
+        except StateUnavailable:
+            await asyncio.sleep(0.05)
+    return False

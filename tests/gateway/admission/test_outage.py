@@ -101,7 +101,7 @@ async def test_admission_keeps_serving_keys_without_budgets_during_an_outage(
     request = ChatCompletionRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
     )
-    key = cache.key(request)
+    key = cache.key(request, "key_a")
     assert key is not None
     assert await cache.get(key, ChatCompletion) is None
     assert cache.stats.errors == 1

@@ -205,7 +205,7 @@ def test_named_tool_choice_returns_a_valid_call(client: OpenAI) -> None:
         ({"temperature": 5}, "temperature"),
         ({"n": 2}, "n"),
         ({"messages": []}, "messages"),
-        ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ],

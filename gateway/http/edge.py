@@ -1,0 +1,340 @@
+"""Limits below the application: the HTTP/1.1 protocol that every connection speaks.
+
+uvicorn's httptools protocol, with the bounds a careful reverse proxy would set:
+
+* the request head (request line and headers) is at most ``max_header_bytes``; past that
+  the answer is 431 and the connection closes, before the parser buffers any more;
+* the head must arrive within ``header_timeout_s`` of the connection opening, or of the
+  first byte of a kept-alive connection's next request (408, then closed; a connection that
+  never sent a byte is closed silently);
+* a request body must arrive whole within ``body_timeout_s`` of its head (408, closed):
+  a body trickled a byte at a time cannot hold its buffer for longer than that;
+* at most ``max_connections`` connections are open. At the cap, a new connection takes the
+  place of the one idle longest (idle: no request running, whether before its first head is
+  complete or between requests); when every connection has a request running, the new one
+  gets 503 and is closed at once, so silent connections cannot use up file descriptors;
+* at most ``max_in_flight`` requests run at once; more get 503 with ``retry-after``.
+
+Refusals are OpenAI-shaped JSON built from :mod:`gateway.errors`. Everything is counted in
+callbacks uvicorn makes anyway: a request costs a few attribute updates, plus a timer only
+when its head or body spans several reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, cast
+
+import structlog
+import uvicorn
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+from uvicorn.server import ServerState
+
+from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
+from gateway.http.asgi import GONE, JSONBody
+
+log = structlog.get_logger("shunter.edge")
+_WARN_EVERY_S = 60.0  # an attack must not flood the log: one line per kind per minute
+# after a refusal, how long to read and discard what the client still sends: closing with
+# unread data resets the connection, and the client could lose the answer; a client that
+# keeps sending after the answer is cut off sooner
+_LINGER_S = 2.0
+_LINGER_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class EdgeLimits:
+    """What one connection, and all of them together, may hold of the server."""
+
+    max_header_bytes: int = 64 * 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 2048
+    max_in_flight: int = 1024
+
+
+class Edge:
+    """What the connections of one server share: their count, the idle ones, the refusals."""
+
+    def __init__(self, limits: EdgeLimits) -> None:
+        self.limits = limits
+        self.open = 0
+        # idle connections, longest idle first: the ones to close when a new one needs room
+        self.idle: OrderedDict[EdgeProtocol, None] = OrderedDict()
+        self._warned: dict[str, float] = {}
+        self.too_large = _refusal(
+            431,
+            InvalidRequestError(
+                f"The request line and headers are larger than {limits.max_header_bytes} "
+                "bytes; send less in headers (the request body has its own limit).",
+                code="request_header_fields_too_large",
+            ),
+        )
+        self.head_late = _refusal(
+            408,
+            InvalidRequestError(
+                f"The request headers did not arrive within {limits.header_timeout_s:g}s.",
+                code="request_timeout",
+            ),
+        )
+        self.body_late = _refusal(
+            408,
+            InvalidRequestError(
+                f"The request body did not arrive within {limits.body_timeout_s:g}s of "
+                "its headers.",
+                code="request_timeout",
+            ),
+        )
+        self.full = _refusal(
+            503,
+            ServiceUnavailableError(
+                "This gateway has too many open connections; retry shortly.",
+                retry_after=1.0,
+            ),
+        )
+        busy = ServiceUnavailableError(
+            "This gateway has too many requests in flight; retry shortly.", retry_after=1.0
+        )
+        self.busy_app = cast(
+            ASGI3Application,
+            JSONBody(json.dumps(busy.to_body()).encode(), _closing(busy), busy.status_code),
+        )
+
+    def make_room(self) -> bool:
+        """Close the connection idle longest; False when every connection is busy."""
+        while self.idle:
+            victim, _ = self.idle.popitem(last=False)
+            if victim.drop():
+                return True
+        return False
+
+    def warn(self, event: str, **facts: Any) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(event, -math.inf) >= _WARN_EVERY_S:
+            self._warned[event] = now
+            log.warning(event, **facts)
+
+
+class EdgeConfig(uvicorn.Config):
+    """uvicorn's settings with :class:`EdgeProtocol`, and the state its connections share."""
+
+    def __init__(self, app: Any, limits: EdgeLimits, **kwargs: Any) -> None:
+        # no WebSocket routes: an upgrade must not hand the connection to an unbounded protocol
+        super().__init__(app, http=EdgeProtocol, ws="none", **kwargs)
+        self.edge = Edge(limits)
+
+
+class EdgeProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, bounded as the module docstring says."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        if not isinstance(config, EdgeConfig):
+            raise TypeError("EdgeProtocol runs under an EdgeConfig")
+        self.edge = config.edge
+        self._in_head = True  # reading a request head, or waiting for one
+        self._head_bytes = 0  # bytes received since the head began
+        self._refused = False  # answered and closing: ignore whatever the parser still sees
+        self._discarded = 0
+        self._counted = False
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+
+    # -- connections -----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        edge = self.edge
+        if edge.open >= edge.limits.max_connections and not edge.make_room():
+            edge.warn("connections_full", open=edge.open, effect="new connections get 503")
+            # no lingering here: a flood of connections must not hold descriptors
+            self._refused = True
+            transport.write(edge.full)
+            transport.close()
+            return
+        edge.open += 1
+        self._counted = True
+        edge.idle[self] = None
+        self._head_timer = self.loop.call_later(edge.limits.header_timeout_s, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release()
+        cycle = self.cycle
+        super().connection_lost(exc)
+        if cycle is not None and not cycle.response_complete:
+            callback = (cycle.scope.get("extensions") or {}).get(GONE, {}).get("callback")
+            if callable(callback):
+                callback()
+
+    def drop(self) -> bool:
+        """Close this idle connection to make room; False if it was closing already."""
+        closing = self.transport.is_closing()
+        self._refused = True
+        self._release()
+        if not closing:
+            self.transport.close()
+        return not closing
+
+    def _release(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.edge.open -= 1
+        self.edge.idle.pop(self, None)
+        self._stop_timers()
+
+    def _stop_timers(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _refuse(self, response: bytes) -> None:
+        """Answer ``response`` (if any) and end the connection; the parser's later callbacks
+        are ignored. After an answer the connection lingers, reading and discarding, for
+        up to ``_LINGER_S`` and ``_LINGER_BYTES``; it still counts, and is the first to go
+        to make room."""
+        self._refused = True
+        transport = self.transport
+        if transport.is_closing():
+            self._release()
+            return
+        if not response:
+            self._release()
+            transport.close()
+            return
+        self._stop_timers()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # the request's app stops now, and cannot write after this answer
+            cycle.disconnected = True
+            cycle.message_event.set()
+        transport.write(response)
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.loop.call_later(_LINGER_S, transport.close)
+        if self._counted:
+            self.edge.idle[self] = None
+            self.edge.idle.move_to_end(self, last=False)
+
+    # -- reading ---------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            self._discarded += len(data)
+            if self._discarded > _LINGER_BYTES:
+                self.transport.close()
+            return
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._refused or self.transport.is_closing():
+            return
+        limits = self.edge.limits
+        if self._in_head:
+            if self._head_bytes > limits.max_header_bytes:
+                self._refuse(self.edge.too_large)
+            elif self._head_timer is None and self._head_bytes and self._between_requests():
+                self._head_timer = self.loop.call_later(
+                    limits.header_timeout_s, self._head_timed_out
+                )
+        elif self._body_timer is None:
+            self._body_timer = self.loop.call_later(limits.body_timeout_s, self._body_timed_out)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        # the count may include body bytes that came in the same read: measure only then
+        limit = self.edge.limits.max_header_bytes
+        if self._head_bytes > limit and self._head_size() > limit:
+            self._refuse(self.edge.too_large)
+            return
+        self.edge.idle.pop(self, None)
+        # the request's watch learns of a lost connection from here, without a task
+        self.scope["extensions"] = {GONE: {}}
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        self._in_head = True
+        self._head_bytes = 0
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        super().on_message_complete()
+
+    # -- requests --------------------------------------------------------------------------
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        edge = self.edge
+        if len(self.tasks) >= edge.limits.max_in_flight:
+            edge.warn("in_flight_full", tasks=len(self.tasks), effect="new requests get 503")
+            app = edge.busy_app
+        super()._start_asgi_task(cycle, app)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        idle = self._in_head and not self._refused and self._between_requests()
+        if idle and self._counted and not self.transport.is_closing():
+            self.edge.idle[self] = None
+
+    # -- timers ----------------------------------------------------------------------------
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self._refused:
+            # a connection that never said anything gets no answer, as at keep-alive's end
+            self._refuse(self.edge.head_late if self._head_bytes else b"")
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if self._in_head or self._refused:
+            return
+        answered = self.cycle is not None and self.cycle.response_started
+        self._refuse(b"" if answered else self.edge.body_late)
+
+    def _between_requests(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _head_size(self) -> int:
+        """The head's size as sent, near enough: request line and header lines."""
+        size = len(self.url) + 16  # method, spaces, HTTP version, line ends
+        for name, value in self.headers:
+            size += len(name) + len(value) + 4
+        return size
+
+
+def _closing(error: GatewayError) -> dict[str, str]:
+    return {**error.headers(), "connection": "close"}
+
+
+def _refusal(status: int, error: GatewayError) -> bytes:
+    """A whole HTTP/1.1 response that ends the connection, written before any app runs."""
+    body = json.dumps(error.to_body()).encode()
+    headers = {
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+        **_closing(error),
+    }
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return STATUS_LINE[status] + lines.encode("latin-1") + b"\r\n" + body

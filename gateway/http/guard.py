@@ -1,0 +1,126 @@
+"""What a request must look like before the app reads it: a guard against web pages.
+
+Every ``POST`` to ``/v1/...`` must carry ``Content-Type: application/json`` (415 otherwise):
+a browser may send ``text/plain`` (or no type at all) across origins without asking first,
+and such a body must never be parsed as JSON.
+
+In open mode (no API key configured: :meth:`KeyRing.auth_enabled` is false) anyone who can
+reach the gateway may use it, so it also refuses (403) what only a web page would send:
+
+* a ``Host`` other than ``localhost``, ``127.0.0.1`` or ``[::1]`` (any port) on a connection
+  to a loopback address: the name a DNS-rebinding page uses to read the gateway's answers.
+  Connections to other addresses exist only when the operator opened the gateway to the
+  network (``--allow-open``), where the names it answers to cannot be known;
+* an ``Origin`` that is not a loopback origin: a page on another site calling the gateway.
+
+With API keys, neither check applies (a reverse proxy may use any ``Host``, and a page
+cannot use a key it does not have).
+"""
+
+from __future__ import annotations
+
+import structlog
+from litestar.enums import ScopeType
+from litestar.exceptions import HTTPException
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from gateway.admission.keys import KeyRing
+from gateway.errors import PermissionDeniedError
+
+log = structlog.get_logger("shunter.guard")
+JSON = b"application/json"
+_LOOPBACK_NAMES = frozenset({b"localhost", b"127.0.0.1", b"::1"})
+_CONFIGURE_KEYS = (
+    "This gateway has no API keys (open mode), so it serves only local clients. To serve "
+    "others, configure keys: set SHUNTER_MASTER_KEY, or create keys with `shunter keys "
+    "create`."
+)
+
+
+class RequestGuard:
+    """Pure ASGI middleware: refuses requests a web page could forge, before any parsing."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._keys: KeyRing | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == ScopeType.HTTP:
+            content_type = host = origin = None
+            for name, value in scope["headers"]:
+                if name == b"content-type":
+                    content_type = value
+                elif name == b"host":
+                    host = value
+                elif name == b"origin":
+                    origin = value
+            if scope["method"] == "POST" and scope["path"].startswith("/v1/"):
+                _check_json(content_type)
+            foreign_host = host is not None and _on_loopback(scope) and not loopback_host(host)
+            foreign_origin = origin is not None and not loopback_origin(origin)
+            if (foreign_host or foreign_origin) and not await self._auth_enabled(scope):
+                _refuse(foreign_host, host if foreign_host else origin)
+        await self.app(scope, receive, send)
+
+    async def _auth_enabled(self, scope: Scope) -> bool:
+        if self._keys is None:
+            self._keys = scope["app"].state.services.admission.keys
+        return await self._keys.auth_enabled()
+
+
+def loopback_host(host: bytes) -> bool:
+    """Whether a ``Host`` value names this machine's loopback: a name, then maybe a port."""
+    if host.startswith(b"["):
+        name, bracket, port = host[1:].partition(b"]")
+        if not bracket:
+            return False
+        if port:
+            if not port.startswith(b":"):
+                return False
+            port = port[1:]
+    else:
+        name, _, port = host.partition(b":")
+    return name.lower() in _LOOPBACK_NAMES and (not port or port.isdigit())
+
+
+def loopback_origin(origin: bytes) -> bool:
+    """Whether an ``Origin`` is a page served from this machine's loopback."""
+    scheme, sep, rest = origin.partition(b"://")
+    return bool(sep) and scheme.lower() in (b"http", b"https") and loopback_host(rest)
+
+
+def _on_loopback(scope: Scope) -> bool:
+    server = scope.get("server")
+    if server is None:  # a Unix socket: only this machine reaches it
+        return True
+    address: str = server[0]
+    return address.startswith(("127.", "::ffff:127.")) or address == "::1"
+
+
+def _check_json(content_type: bytes | None) -> None:
+    if content_type == JSON:
+        return
+    if content_type is not None and content_type.split(b";", 1)[0].strip().lower() == JSON:
+        return
+    given = "none" if content_type is None else repr(content_type.decode("latin-1"))
+    raise HTTPException(
+        status_code=415,
+        detail="Send the request body as JSON with the header 'Content-Type: "
+        f"application/json' (this request's Content-Type: {given}).",
+    )
+
+
+def _refuse(host: bool, value: bytes | None) -> None:
+    shown = (value or b"").decode("latin-1")[:200]
+    log.info("request_refused", reason="host" if host else "origin", value=shown)
+    if host:
+        raise PermissionDeniedError(
+            f"Requests for the host '{shown}' are refused: only localhost, 127.0.0.1 and "
+            f"[::1] are served. {_CONFIGURE_KEYS}",
+            code="host_not_allowed",
+        )
+    raise PermissionDeniedError(
+        f"Requests from web pages of the origin '{shown}' are refused: a page you visit "
+        f"must not use this gateway. {_CONFIGURE_KEYS}",
+        code="origin_not_allowed",
+    )
