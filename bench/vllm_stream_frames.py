@@ -20,7 +20,7 @@ from typing import Any
 from backends.vllm.backend import VLLMBackend, VLLMSettings
 from gateway.protocol import ChatCompletionRequest
 from gateway.protocol.frames import Framed
-from tests.backends.fake_vllm import FakeVLLM
+from tests.backends.vllm.fake_vllm import FakeVLLM
 
 
 async def drain(frames: AsyncIterator[bytes]) -> int:

@@ -11,8 +11,10 @@
     │   └── ModelNotFoundError (404, code model_not_found)
     ├── RateLimitError (429)
     ├── UpstreamError (502, keeps the upstream's status, body and retry-after)
+    │   └── StreamCutError (502, the connection or stream was cut before the answer ended)
     ├── ServiceUnavailableError (503)
     └── UpstreamTimeoutError (504)
+        └── StalledError (504, no first token within the deployment's first_token_s)
 
 Every error knows its HTTP status, OpenAI ``type`` and ``code``, the request
 ``param`` it concerns, and whether a client retry can help (``x-should-retry``).
@@ -146,3 +148,11 @@ class UpstreamTimeoutError(GatewayError):
     error_type = "timeout"
     default_code = "upstream_timeout"
     counts_as_failure = True
+
+
+class StreamCutError(UpstreamError):
+    """The connection was reset or closed early, or a stream ended before its answer did."""
+
+
+class StalledError(UpstreamTimeoutError):
+    """A deployment sent nothing (no first token) within its ``first_token_s``."""

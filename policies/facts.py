@@ -54,12 +54,15 @@ class RequestFacts:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a deployment can serve. ``context_length`` ``None`` means unknown (not checked)."""
+    """What a deployment can serve. ``context_length`` ``None`` means unknown (not checked);
+    ``context_learned``: the length comes from the deployment's own rejection of a longer
+    prompt, not from its configuration."""
 
     tools: bool = False
     json_schema: bool = False
     images: bool = False
     context_length: int | None = None
+    context_learned: bool = False
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,8 @@ class Capable(FilterStep):
         self.args = args or NoArgs()
 
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
-        """Check tools, json_schema, images and prompt + max_tokens against the context."""
+        """Check tools, json_schema, images and prompt + max_tokens against the context
+        (configured, or learned from the deployment's own rejection of a longer prompt)."""
         req, caps = ctx.request, cand.facts.capabilities
         missing = [
             feature
@@ -88,7 +89,8 @@ class Capable(FilterStep):
             return Check(False, "no " + ", ".join(missing))
         need = req.prompt_tokens + (req.max_tokens or 0)
         if caps.context_length is not None and need > caps.context_length:
-            return Check(False, f"needs {need} tokens > context {caps.context_length}")
+            learned = " (learned)" if caps.context_learned else ""
+            return Check(False, f"needs {need} tokens > context {caps.context_length}{learned}")
         return Check(True, "ok")
 
 

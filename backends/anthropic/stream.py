@@ -4,7 +4,11 @@
 ``tool_use`` block start becomes a ``tool_calls[i]`` delta carrying ``id``, ``type`` and
 ``name`` (arguments ``""``), its ``input_json_delta`` pieces become ``arguments`` deltas of
 the same ``i``, ``message_delta`` gives the ``finish_reason`` chunk, and :meth:`final`
-gives the usage chunk (``choices: []``) that ends every stream.
+gives the usage chunk (``choices: []``) that ends every stream. Every chunk carries the
+model name the translator was made with (the public one), not the upstream's.
+
+A ``message_delta`` with a ``stop_reason`` finishes the message (:func:`ends_message`): a
+stream that ends there without ``message_stop`` is whole, not cut.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class StreamTranslator:
     """Feed it each decoded event in order; it returns the chunk to send, if any."""
 
     def __init__(self, model: str) -> None:
+        """``model``: the name every chunk carries (what the client asked for)."""
         self.id = ""
         self.model = model
         self.created = now()
@@ -53,7 +58,6 @@ class StreamTranslator:
     def _message_start(self, event: dict[str, Any]) -> ChatCompletionChunk:
         message = event["message"]
         self.id = message["id"]
-        self.model = message.get("model") or self.model
         self._usage.update(message.get("usage") or {})
         return self._chunk(ChoiceDelta(role="assistant", content=""))
 
@@ -88,6 +92,15 @@ class StreamTranslator:
         self._usage.update({key: value for key, value in usage.items() if value is not None})
         stop = finish_reason(event["delta"].get("stop_reason")) or "stop"
         return self._chunk(ChoiceDelta(), stop)
+
+
+def ends_message(event: dict[str, Any]) -> bool:
+    """Whether ``event`` finishes the message: a ``message_delta`` with a ``stop_reason``
+    (``message_stop`` only marks the end of the stream after it)."""
+    if event.get("type") != "message_delta":
+        return False
+    delta = event.get("delta")
+    return isinstance(delta, dict) and delta.get("stop_reason") is not None
 
 
 _HANDLERS: dict[str, _Handler] = {

@@ -15,7 +15,9 @@ Every error raised from here has ``counts_as_failure`` set (declared on ``Gatewa
 True for connect errors, timeouts, cut streams, bad upstream JSON, 401/402/403/408/429/5xx;
 False for 400/404/413/422, which the client's request caused. Errors mapped from a status
 also keep ``upstream_status`` and ``upstream_body`` (declared on ``UpstreamError``, set on
-the other classes too; read them with :func:`upstream_status`).
+the other classes too; read them with :func:`upstream_status`), and the upstream's own
+``param`` and ``code`` (scrubbed like its message). A connection reset or closed early, and
+a stream that ends before its answer is whole, raise :class:`~gateway.errors.StreamCutError`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import structlog
@@ -45,6 +47,8 @@ from gateway.errors import (
     NotFoundError,
     RateLimitError,
     ServiceUnavailableError,
+    StalledError,
+    StreamCutError,
     UpstreamError,
     UpstreamTimeoutError,
 )
@@ -58,6 +62,7 @@ _CONTEXT_LENGTH = re.compile(
     re.IGNORECASE,
 )
 _BODY_LIMIT = 4096
+_FIELD_LIMIT = 100  # an upstream's code/param relayed to the client: names, not prose
 log = structlog.get_logger("shunter.upstream")
 
 
@@ -80,6 +85,14 @@ class HTTPDeploymentSettings(DeploymentSettings):
     headers: dict[str, str] = Field(default_factory=dict)
     context_length: int | None = Field(default=None, ge=1)
     max_connections: int = Field(default=1024, ge=1)
+    health_check: bool = Field(
+        default=True, description="probe the upstream in the background while its breaker is open"
+    )
+    health_path: str | None = Field(
+        default=None,
+        min_length=1,
+        description="what a probe GETs, relative to base_url (default: the API's model list)",
+    )
 
 
 def read_api_key(env_name: str | None) -> str | None:
@@ -142,34 +155,44 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def error_details(body: str) -> tuple[str | None, str | None, str | None]:
-    """``(message, code, type)`` from an OpenAI or Anthropic error body, when present."""
+class ErrorDetails(NamedTuple):
+    """What an upstream's error body says, each field ``None`` when absent."""
+
+    message: str | None = None
+    code: str | None = None
+    type: str | None = None
+    param: str | None = None
+
+
+def error_details(body: str) -> ErrorDetails:
+    """The fields of an OpenAI or Anthropic error body, when present."""
     try:
         data = json.loads(body)
     except ValueError:
-        return None, None, None
+        return ErrorDetails()
     err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, str):
-        return err, None, None
+        return ErrorDetails(message=err)
     if not isinstance(err, dict):
-        return None, None, None
-    message, code, kind = err.get("message"), err.get("code"), err.get("type")
-    return (
-        message if isinstance(message, str) else None,
-        code if isinstance(code, str) else None,
-        kind if isinstance(kind, str) else None,
-    )
+        return ErrorDetails()
+    fields = (err.get(name) for name in ErrorDetails._fields)
+    return ErrorDetails(*(value if isinstance(value, str) else None for value in fields))
 
 
-def _client_error(status: int, message: str, code: str | None) -> GatewayError:
+def _client_error(status: int, message: str, code: str | None, param: str | None) -> GatewayError:
     if status == 404:
         cls404 = ModelNotFoundError if code == "model_not_found" else NotFoundError
-        return cls404(message, code=code)
+        return cls404(message, code=code, param=param)
     if status == 413:
-        return InvalidRequestError(message, code=code or "request_too_large")
+        return InvalidRequestError(message, code=code or "request_too_large", param=param)
     if code == "context_length_exceeded" or _CONTEXT_LENGTH.search(message):
-        return ContextLengthExceededError(message)
-    return InvalidRequestError(message, code=code)
+        return ContextLengthExceededError(message, param=param)
+    return InvalidRequestError(message, code=code, param=param)
+
+
+def _field(scrub: Redactor, value: str | None) -> str | None:
+    """An upstream's ``code``/``param``, scrubbed and bounded like its message."""
+    return scrub.for_client(value)[:_FIELD_LIMIT] if value else None
 
 
 def error_for_status(
@@ -189,12 +212,13 @@ def error_for_status(
     scrub = redactor or Redactor()
     body = scrub.for_log(body[:_BODY_LIMIT])
     retry_after = retry_after_seconds(headers)
-    upstream_msg, code, _ = error_details(body)
-    detail = scrub.for_client(upstream_msg or body[:300] or "(empty body)")
+    said = error_details(body)
+    code, param = _field(scrub, said.code), _field(scrub, said.param)
+    detail = scrub.for_client(said.message or body[:300] or "(empty body)")
     exc: GatewayError
     counts = True
     if status in (400, 404, 413, 422):
-        exc, counts = _client_error(status, detail, code), False
+        exc, counts = _client_error(status, detail, code, param), False
     elif status in (401, 402, 403):
         # what it said about our credentials is the operator's business: in the log only
         exc = UpstreamError(
@@ -205,18 +229,23 @@ def error_for_status(
             should_retry=False,
         )
     elif status == 408:
-        exc = UpstreamTimeoutError(f"upstream {deployment} timed out (HTTP 408): {detail}")
+        exc = UpstreamTimeoutError(
+            f"upstream {deployment} timed out (HTTP 408): {detail}", param=param
+        )
     elif status == 429:
         no_retry = code == "insufficient_quota"
         exc = RateLimitError(
             f"upstream {deployment} is rate limited: {detail}",
             code=code or "rate_limit_exceeded",
+            param=param,
             retry_after=retry_after,
             should_retry=False if no_retry else None,
         )
     elif status == 529:
         exc = ServiceUnavailableError(
             f"upstream {deployment} is overloaded: {detail}",
+            code=code,
+            param=param,
             retry_after=retry_after if retry_after is not None else 1.0,
         )
     else:
@@ -224,6 +253,8 @@ def error_for_status(
             f"upstream {deployment} failed (HTTP {status}): {detail}",
             upstream_status=status,
             upstream_body=body,
+            code=code,
+            param=param,
             retry_after=retry_after,
         )
     emit = log.warning if counts else log.info
@@ -245,8 +276,8 @@ def error_for_transport(
         out = UpstreamTimeoutError(f"upstream {deployment} timed out ({kind})")
     elif isinstance(exc, httpx.ConnectError | h1.ConnectError):
         out = ServiceUnavailableError(f"cannot connect to upstream {deployment} ({kind})")
-    else:
-        out = UpstreamError(f"connection to upstream {deployment} failed ({kind})")
+    else:  # reset, closed early, not HTTP: whatever was under way was cut
+        out = StreamCutError(f"connection to upstream {deployment} failed ({kind})")
     detail = (redactor or Redactor()).for_log(f"{kind}: {exc}")
     log.warning("upstream_unreachable", deployment=deployment, detail=detail[:1000])
     return annotate(out, counts_as_failure=True)
@@ -259,8 +290,18 @@ def timeout_error(deployment: str, what: str) -> GatewayError:
 
 
 def protocol_error(deployment: str, what: str) -> GatewayError:
-    """The upstream broke the wire protocol (bad JSON, a stream cut short)."""
+    """The upstream broke the wire protocol (bad JSON, a malformed answer)."""
     return annotate(UpstreamError(f"upstream {deployment}: {what}"), counts_as_failure=True)
+
+
+def cut_error(deployment: str, what: str) -> GatewayError:
+    """A stream ended before its answer was whole."""
+    return annotate(StreamCutError(f"upstream {deployment}: {what}"), counts_as_failure=True)
+
+
+def stalled_error(deployment: str, what: str) -> GatewayError:
+    """Nothing arrived before the first-token limit."""
+    return annotate(StalledError(f"upstream {deployment}: {what}"), counts_as_failure=True)
 
 
 # --- streams --------------------------------------------------------------------------
@@ -286,12 +327,13 @@ class FrameStream:
     def __aiter__(self) -> AsyncIterator[list[bytes]]:
         return self._frames
 
-    async def finish(self) -> None:
+    async def finish(self, limit_s: float = 1.0) -> None:
         """The end marker was seen: read the rest so the connection goes back to the pool
-        (nothing to read when ``body_read`` says the body has all arrived)."""
+        (nothing to read when ``body_read`` says the body has all arrived); a rest that
+        takes longer than ``limit_s`` is dropped with the connection."""
         await self._frames.aclose()
         if self._body_read is None or not self._body_read():
-            await drain(self._chunks)
+            await drain(self._chunks, limit_s)
         elif isinstance(self._chunks, AsyncGenerator):
             await self._chunks.aclose()
 

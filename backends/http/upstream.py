@@ -32,6 +32,7 @@ from backends.http.plumbing import (
     first_byte_limit,
     load_json,
     smallest,
+    stalled_error,
     timeout_error,
 )
 from backends.http.redact import Redactor
@@ -63,7 +64,24 @@ class Upstream(Protocol):
         """GET ``path`` and decode its JSON."""
         ...
 
+    async def status_of(self, path: str, timeout_s: float) -> int | None:
+        """GET ``path`` and return its HTTP status; ``None`` when no answer came in time
+        (no connection, reset, timeout). Nothing is logged: a health probe asks this."""
+        ...
+
     async def aclose(self) -> None: ...
+
+
+async def probe(upstream: Upstream, path: str, timeout_s: float) -> bool | None:
+    """A health probe: ``True`` when ``GET path`` answers 2xx/3xx; ``False`` when the
+    upstream is down (no answer, 401/402/403 (our credentials), 408, 429, 5xx); ``None``
+    when it cannot tell (another 4xx: the path is not served there)."""
+    status = await upstream.status_of(path, timeout_s)
+    if status is None:
+        return False
+    if status < 400:
+        return True
+    return False if status in (401, 402, 403, 408, 429) or status >= 500 else None
 
 
 def make_upstream(
@@ -148,7 +166,7 @@ class H1Upstream:
                 read_timeout=first_byte_s,
             )
         except h1.ReadTimeout:
-            raise timeout_error(self._name, f"no response within {first_byte_s}s") from None
+            raise stalled_error(self._name, f"no response within {first_byte_s}s") from None
         except h1.H1Error as exc:
             raise error_for_transport(self._name, exc, self.redactor) from exc
         try:
@@ -162,13 +180,22 @@ class H1Upstream:
             try:
                 first = await anext(chunks, b"")
             except h1.ReadTimeout:
-                raise timeout_error(self._name, f"no first byte within {first_byte_s}s") from None
+                raise stalled_error(self._name, f"no first byte within {first_byte_s}s") from None
             yield FrameStream(first, chunks, self._name, deadline, response.body_read)
         finally:
             await response.aclose()
 
     async def get_json(self, path: str, timeout_s: float) -> Any:
         return load_json(await self._whole("GET", path, b"", timeout_s, timeout_s), self._name)
+
+    async def status_of(self, path: str, timeout_s: float) -> int | None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self._pool.request("GET", path, b"", connect_timeout=timeout_s)
+                await response.read()
+        except (h1.H1Error, TimeoutError):
+            return None
+        return response.status
 
     async def aclose(self) -> None:
         await self._pool.aclose()
@@ -238,7 +265,7 @@ class HttpxUpstream:
         except httpx.HTTPError as exc:
             raise error_for_transport(self._name, exc, self.redactor) from exc
         except TimeoutError:
-            raise timeout_error(self._name, f"no response within {first_byte_s}s") from None
+            raise stalled_error(self._name, f"no response within {first_byte_s}s") from None
         try:
             try:
                 async with asyncio.timeout_at(first_deadline):
@@ -254,13 +281,21 @@ class HttpxUpstream:
                     chunks = response.aiter_bytes()
                     first = await anext(chunks, b"")
             except TimeoutError:
-                raise timeout_error(self._name, f"no first byte within {first_byte_s}s") from None
+                raise stalled_error(self._name, f"no first byte within {first_byte_s}s") from None
             yield FrameStream(first, chunks, self._name, deadline)
         finally:
             await response.aclose()
 
     async def get_json(self, path: str, timeout_s: float) -> Any:
         return load_json(await self._whole("GET", path, b"", timeout_s), self._name)
+
+    async def status_of(self, path: str, timeout_s: float) -> int | None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self._client.get(path)
+        except (httpx.HTTPError, TimeoutError):
+            return None
+        return response.status_code
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -361,6 +361,16 @@ class LlamaCppBackend:
                     for delta in deltas(event):
                         yield chunk(delta)
 
+    async def count_tokens(self, request: ChatCompletionRequest) -> int:
+        """The prompt tokens of a chat request, exactly as :meth:`chat` would send them: its
+        messages and tools through the model's chat template, then its tokenizer."""
+        self._generating()
+        plan = plan_tools(request)
+        assert self._prompt is not None, "backend used before start()"
+        prompt = self._prompt.render(request.messages, plan.offered(), plan.parallel)
+        model = self.engine.model
+        return len(model.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
+
     def _chat_job(self, request: ChatCompletionRequest, plan: ToolPlan) -> GenerationJob:
         self._generating()
         _reject_unsupported(n=request.n)

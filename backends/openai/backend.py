@@ -2,17 +2,25 @@
 
 Requests go out as the client sent them: tools, ``response_format``, logprobs and unknown
 fields pass through unchanged; only ``model`` is replaced by the deployment's upstream
-model. Streams always ask the upstream for usage; an upstream that sends none gets its
-usage counted here (about 4 characters per token, see
+model. Answers come back under the public model name the client asked for (whole, streamed
+and passed through). Streams always ask the upstream for usage; an upstream that sends none
+gets its usage counted here (about 4 characters per token, see
 :func:`backends.http.plumbing.estimate_tokens`).
+
+A stream is whole once a chunk carried a ``finish_reason`` (or usage): a body that ends
+there without ``data: [DONE]`` is a complete answer, and the usage-only chunk that closes
+every stream ends it at once (the sentinel is not waited for). Only a body that ends
+before any ``finish_reason`` is a cut stream.
 
 Two stream paths:
 
 * :meth:`OpenAICompatBackend.chat_stream` parses every chunk into
   :class:`ChatCompletionChunk` (the :class:`~backends.base.Backend` contract);
 * :meth:`OpenAICompatBackend.chat_stream_raw` passes the upstream's frames through as
-  bytes, peeking only for errors and the usage chunk (:class:`RawChatStream`). It is
-  cheaper, but nothing in a chunk is checked or rewritten (``model`` stays the upstream's).
+  bytes, peeking only for errors and the usage chunk
+  (:class:`~backends.openai.frames.RawChatStream`). It is
+  cheaper: nothing in a chunk is checked, and only ``model`` is rewritten, by a byte
+  replacement when the upstream's name differs from the public one.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from backends.base import Capabilities, LiveStats
 from backends.http.plumbing import (
     HTTPDeploymentSettings,
     annotate,
+    cut_error,
     data_frame,
     encode_json,
     error_for_status,
@@ -40,7 +49,8 @@ from backends.http.plumbing import (
     read_api_key,
 )
 from backends.http.redact import Redactor
-from backends.http.upstream import Upstream, make_upstream
+from backends.http.upstream import Upstream, make_upstream, probe
+from backends.openai.frames import RawChatStream, finishes, usage_only
 from gateway.common.periodic import Periodic
 from gateway.errors import GatewayError, UpstreamError
 from gateway.protocol import (
@@ -59,6 +69,12 @@ from gateway.protocol import (
 
 _M = TypeVar("_M", bound=BaseModel)
 _C = TypeVar("_C", ChatCompletionChunk, Completion)
+# after the usage-only chunk, how long [DONE] and the body's end may take to arrive (to
+# keep the connection) before the answer goes out without them
+_TAIL_S = 0.1
+# a body that ends without [DONE] is whole if one of its last frames finished the answer
+# (the finish chunk, then at most the usage chunk; a few more for n > 1 choices)
+_TAIL_FRAMES = 4
 
 
 class OpenAICompatSettings(HTTPDeploymentSettings):
@@ -93,6 +109,7 @@ class OpenAICompatBackend:
         self._in_flight = 0
         self._remote: LiveStats | None = None
         self._poller = Periodic(1.0, self._poll_worker)
+        self._public_names: dict[str, bytes] = {}  # each as a JSON string, for the raw path
 
     @property
     def name(self) -> str:
@@ -152,10 +169,18 @@ class OpenAICompatBackend:
 
     # --- whole responses ---------------------------------------------------------------
 
+    async def health(self, timeout_s: float) -> bool | None:
+        """A background probe while the breaker is open: ``GET health_path`` (default the
+        model list); ``None`` when probes are off or the upstream cannot tell."""
+        if self._upstream is None or not self._settings.health_check:
+            return None
+        return await probe(self._upstream, self._settings.health_path or "models", timeout_s)
+
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         """One chat completion; usage is counted here if the upstream sends none."""
         content = await self._post("chat/completions", self._to_wire(request, stream=False))
         result = self._from_wire(ChatCompletion, content)
+        result.model = request.model
         if result.usage is None:
             chars = sum(_message_chars(c.message) for c in result.choices)
             result.usage = _estimate(_prompt_chars(request), chars)
@@ -165,6 +190,7 @@ class OpenAICompatBackend:
         """One legacy text completion."""
         content = await self._post("completions", self._to_wire(request, stream=False))
         result = self._from_wire(Completion, content)
+        result.model = request.model
         if result.usage is None:
             chars = sum(len(c.text) for c in result.choices)
             result.usage = _estimate(_prompt_chars(request), chars)
@@ -174,7 +200,9 @@ class OpenAICompatBackend:
         """``POST /embeddings``: the client's fields pass through, ``model`` is replaced."""
         body = request.model_dump(exclude_none=True, by_alias=True)
         body["model"] = self._settings.model
-        return self._from_wire(EmbeddingResponse, await self._post("embeddings", body))
+        result = self._from_wire(EmbeddingResponse, await self._post("embeddings", body))
+        result.model = request.model
+        return result
 
     # --- streams -------------------------------------------------------------------------
 
@@ -211,6 +239,7 @@ class OpenAICompatBackend:
             async for batch in batches:
                 for frame in batch:
                     chunk = self._parse(kind, frame[5:])
+                    chunk.model = request.model
                     head = head or chunk
                     if chunk.usage is not None:
                         usage, chunk.usage = chunk.usage, None
@@ -221,7 +250,7 @@ class OpenAICompatBackend:
         yield kind(
             id=head.id if head else new_id(id_prefix),
             created=head.created if head else now(),
-            model=head.model if head else self._settings.model,
+            model=request.model,
             choices=[],
             usage=usage or _estimate(_prompt_chars(request), chars),
         )
@@ -230,7 +259,10 @@ class OpenAICompatBackend:
         """The upstream's SSE frames as bytes, without parsing each chunk (see RawChatStream)."""
         frames = self._data_frames("chat/completions", self._to_wire(request, stream=True))
         prompt_tokens = estimate_tokens(_prompt_chars(request))
-        return RawChatStream(frames, self.name, prompt_tokens, self._settings.model)
+        public = self._public_names.get(request.model)
+        if public is None:  # public names come from the config: a handful
+            public = self._public_names[request.model] = json.dumps(request.model).encode()
+        return RawChatStream(frames, self.name, prompt_tokens, request.model, public)
 
     # --- wire ----------------------------------------------------------------------------
 
@@ -280,9 +312,13 @@ class OpenAICompatBackend:
         self, path: str, body: dict[str, Any]
     ) -> AsyncGenerator[list[bytes], None]:
         """Yield the ``data: {...}`` frames (no blank line) of each read, up to ``[DONE]``,
-        which must come. An error frame raises once the frames before it are yielded."""
+        the usage-only chunk, or the end of a body whose answer finished. An error frame
+        raises once the frames before it are yielded; a body that ends before any
+        ``finish_reason`` raises :class:`~gateway.errors.StreamCutError`."""
         upstream = self._require_upstream()
         self._in_flight += 1
+        last = False
+        tail: list[bytes] = []  # the last frames: a finish_reason, if any, is among them
         try:
             with self._map_errors():
                 async with upstream.stream(
@@ -295,10 +331,8 @@ class OpenAICompatBackend:
                             if frame is None:
                                 continue
                             if frame.endswith(b"[DONE]"):
-                                if batch:
-                                    yield batch
-                                await frames.finish()
-                                return
+                                last = True
+                                break
                             if b'"error"' in frame[:32]:
                                 if batch:
                                     yield batch
@@ -306,7 +340,15 @@ class OpenAICompatBackend:
                             batch.append(frame)
                         if batch:
                             yield batch
-            raise protocol_error(self.name, "stream ended before [DONE]")
+                            tail = (tail + batch)[-_TAIL_FRAMES:]
+                            # the usage-only chunk closes every stream: [DONE] is all
+                            # that follows, and nothing waits for it
+                            last = last or usage_only(batch[-1])
+                        if last:
+                            await frames.finish(_TAIL_S)
+                            return
+            if not any(finishes(frame) for frame in tail):
+                raise cut_error(self.name, "stream ended before its answer finished")
         finally:
             self._in_flight -= 1
 
@@ -341,98 +383,6 @@ def _sum_stats(parts: list[LiveStats]) -> LiveStats:
         prefill_tokens_per_s=total("prefill_tokens_per_s"),
         decode_tokens_per_s=total("decode_tokens_per_s"),
     )
-
-
-class RawChatStream:
-    """Upstream chat frames as bytes (``data: {...}\\n\\n``), with cheap peeking only.
-
-    Yields every chunk frame except the usage-only one and ``[DONE]``, the frames of one
-    upstream read together (nothing waits for more to arrive); the caller writes
-    those: after the stream ends, :attr:`usage` and :attr:`usage_frame` are set (the
-    upstream's own usage chunk, or one built here), then ``data: [DONE]``. Errors sent
-    in-band and streams cut before ``[DONE]`` raise as in :meth:`OpenAICompatBackend.chat_stream`.
-
-    Trade-off: no chunk is validated or rewritten, so ``id``/``model``/extra fields are the
-    upstream's, and a malformed chunk reaches the client. When the upstream sends no usage,
-    ``completion_tokens`` is the number of chunk frames (about one token each), because
-    counting characters would need a parse.
-    """
-
-    def __init__(
-        self,
-        frames: AsyncGenerator[list[bytes], None],
-        deployment: str,
-        prompt_tokens: int,
-        model: str,
-    ) -> None:
-        self._frames = frames
-        self._deployment = deployment
-        self._prompt_tokens = prompt_tokens
-        self._model = model
-        self._first: bytes | None = None
-        self._count = 0
-        self.usage: Usage | None = None
-        self.usage_frame: bytes | None = None
-
-    def __aiter__(self) -> RawChatStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        """The frames of the next upstream read, written as one piece."""
-        while True:
-            try:
-                batch = await self._frames.__anext__()
-            except StopAsyncIteration:
-                self._finish()
-                raise
-            if self._first is None:
-                self._first = batch[0]
-            out = [f for f in batch if b'"usage"' not in f or not self._take_usage(f)]
-            if out:
-                self._count += len(out)
-                return b"\n\n".join(out) + b"\n\n"
-
-    async def aclose(self) -> None:
-        """Stop reading and close the upstream response at once."""
-        await self._frames.aclose()
-
-    async def __aenter__(self) -> RawChatStream:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    def _take_usage(self, frame: bytes) -> bool:
-        """Record the usage in ``frame``, if any; True if it is the usage-only chunk."""
-        if b'"usage":null' in frame or b'"usage": null' in frame:
-            return False
-        payload = load_json(frame[5:], self._deployment)
-        usage = payload.get("usage") if isinstance(payload, dict) else None
-        if usage is None:
-            return False
-        try:
-            self.usage = Usage.model_validate(usage)
-        except ValidationError:
-            raise protocol_error(self._deployment, "sent an invalid usage object") from None
-        if payload.get("choices"):
-            return False
-        self.usage_frame = frame + b"\n\n"
-        return True
-
-    def _finish(self) -> None:
-        if self.usage is None:
-            self.usage = Usage.of(self._prompt_tokens, self._count)
-        if self.usage_frame is None:
-            head = load_json(self._first[5:], self._deployment) if self._first else {}
-            chunk: dict[str, Any] = {
-                "id": head.get("id") or new_id("chatcmpl"),
-                "choices": [],
-                "created": head.get("created") or now(),
-                "model": head.get("model") or self._model,
-                "object": "chat.completion.chunk",
-                "usage": self.usage.model_dump(),
-            }
-            self.usage_frame = b"data: " + encode_json(chunk) + b"\n\n"
 
 
 def _prompt_chars(request: ChatCompletionRequest | CompletionRequest) -> int:

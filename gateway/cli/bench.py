@@ -1,4 +1,5 @@
-"""``shunter bench``: load-test any OpenAI-compatible chat endpoint.
+"""``shunter bench``: load-test any OpenAI-compatible chat endpoint (or its Responses API, or
+an Anthropic Messages endpoint: ``--api``).
 
 Nothing heavy is imported here until the command runs (httpx, rich and the load generator are
 imported by the handler).
@@ -22,6 +23,7 @@ examples:
   shunter bench --url http://127.0.0.1:8000 --model demo --concurrency 1,4,8 --max-requests 32
   shunter bench --url http://127.0.0.1:8000/v1 --model demo --rate 2 --duration 60 \\
       --prompt-tokens uniform:64-512 --output-tokens normal:128,32 --slo-ttft-ms 500 --json
+  shunter bench --url http://127.0.0.1:8000 --model demo --api messages --max-requests 16
 
 lengths: N, fixed:N, uniform:LOW-HIGH or normal:MEAN,STDDEV (tokens, roughly, for prompts).
 Every level stops issuing requests at --duration or --max-requests, whichever comes first;
@@ -37,11 +39,16 @@ def register(sub: Any) -> None:
         description="Load-test an OpenAI-compatible chat endpoint: TTFT, time per output\n"
         "token and end-to-end percentiles, throughput, errors by kind and goodput.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_argument("--url", required=True, help="base URL (http://host:port[/v1])")
     bench.add_argument("--model", required=True, help="model name to request")
     bench.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
+    bench.add_argument(
+        "--api",
+        choices=["chat", "responses", "messages"],
+        default="chat",
+        help="/v1/chat/completions (default), /v1/responses or Anthropic's /v1/messages",
+    )
     load = bench.add_argument_group("load")
     load.add_argument("--concurrency", metavar="N,...", help="concurrent clients (default 1)")
     load.add_argument("--rate", metavar="R,...", help="Poisson arrivals, requests/s")
@@ -56,7 +63,9 @@ def register(sub: Any) -> None:
         metavar="F",
         help="fraction of requests that start with one common system prompt",
     )
-    load.add_argument("--shared-prefix-tokens", type=int, default=256, metavar="N")
+    load.add_argument(
+        "--shared-prefix-tokens", type=int, default=256, metavar="N", help="its length"
+    )
     load.add_argument("--seed", type=int, default=0, help="same seed, same requests")
     load.add_argument("--no-stream", action="store_true", help="plain (non-SSE) requests")
     load.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per request")
@@ -133,7 +142,9 @@ def _plan(args: argparse.Namespace) -> Plan:
             raise WorkloadError("--extra-body must be a JSON object")
     if args.timeout <= 0:
         raise WorkloadError("--timeout must be positive")
-    endpoint = Endpoint(args.url, args.model, args.api_key, not args.no_stream, args.timeout, extra)
+    endpoint = Endpoint(
+        args.url, args.model, args.api_key, not args.no_stream, args.timeout, extra, args.api
+    )
     workload = Workload(
         prompt_tokens=Distribution.parse(args.prompt_tokens),
         output_tokens=Distribution.parse(args.output_tokens),
@@ -230,6 +241,7 @@ def _document(
     endpoint, workload, _, bounds, slo = plan
     return {
         "url": endpoint.chat_url,
+        "api": endpoint.api,
         "model": endpoint.model,
         "stream": endpoint.stream,
         "workload": {

@@ -46,9 +46,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     actions = keys.add_subparsers(required=True, metavar="ACTION")
 
     create = actions.add_parser("create", help="create a key; prints its secret once")
-    create.add_argument("--name", required=True)
+    create.add_argument("--name", required=True, help="a label for the key (shown by list)")
     create.add_argument("--budget", type=float, metavar="USD", help="spend limit per window")
-    create.add_argument("--budget-window", type=parse_duration, default="30d", metavar="DUR")
+    create.add_argument(
+        "--budget-window",
+        type=parse_duration,
+        default="30d",
+        metavar="DUR",
+        help="the budget's window, e.g. 1d or 30d",
+    )
     create.add_argument("--rpm", type=_positive, help="requests per minute")
     create.add_argument("--tpm", type=_positive, help="tokens per minute")
     create.add_argument("--models", type=_models, help="allowed models, comma-separated")
@@ -60,7 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     listing.set_defaults(handler=_run(_list))
 
     revoke = actions.add_parser("revoke", help="revoke a key by id")
-    revoke.add_argument("id")
+    revoke.add_argument("id", help="the key's id, as list shows it")
     revoke.set_defaults(handler=_run(_revoke))
 
     for parser in (create, listing, revoke):

@@ -3,14 +3,40 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway import __version__
 from gateway.cli import bench, keys, models, routing, worker
 from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, warn_if_open
-from gateway.config import GatewayConfig, load_or_report
+
+DESCRIPTION = (
+    "Shunter: an OpenAI-compatible LLM gateway. Run it (serve), check a config "
+    "(check-config), see how models fit memory (plan) and how requests route (route), "
+    "manage API keys and models, load-test an endpoint (bench), or serve one GGUF (worker)."
+)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help as written (epilogs keep their lines), each option followed by its default
+    unless its help already says it, or the default is nothing (``None``, off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        quiet = default is None or default is False or default == argparse.SUPPRESS
+        if quiet or not action.option_strings or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """Every ``shunter`` parser and subparser: the same help formatting."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,32 +47,61 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shunter", description=__doc__)
+    """The whole command line, every subcommand included."""
+    parser = Parser(prog="shunter", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the gateway")
-    serve.add_argument("--config", type=Path, help="routing YAML (default: embedded demo)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--log-level", default="info")
+    serve = sub.add_parser("serve", help="run the gateway", description="Run the gateway.")
+    serve.add_argument(
+        "--config", type=Path, help="routing YAML (default: the embedded default, SmolLM2)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="debug also shows tracebacks of start-up failures",
+    )
     serve.add_argument(
         "--redis-url", help="shared state (default: $SHUNTER_REDIS_URL, else in-memory)"
     )
     serve.add_argument(
-        "--drain-timeout", type=float, default=30.0, help="seconds to finish in-flight requests"
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, time for in-flight requests to finish",
     )
     add_edge_arguments(serve)
     serve.set_defaults(handler=_serve)
 
     demo = sub.add_parser("demo-model", help="write a generated random-weight GGUF")
-    demo.add_argument("out", type=Path)
-    demo.add_argument("--size", choices=["tiny", "bench"], default="tiny")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("out", type=Path, help="where to write the .gguf file")
+    demo.add_argument(
+        "--size",
+        choices=["tiny", "bench"],
+        default="tiny",
+        help="tiny: 0.5 MB, for tests; bench: about 125M parameters, q8_0",
+    )
+    demo.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     demo.set_defaults(handler=_demo_model)
 
-    check = sub.add_parser("check-config", help="validate a routing YAML")
-    check.add_argument("path", type=Path)
+    check = sub.add_parser(
+        "check-config",
+        help="validate a routing YAML and what it needs from this machine",
+        description="Validate a routing YAML: its fields, the references between its "
+        "sections, the model files, API key variables and devices it names, and (unless "
+        "--offline) whether its remote upstreams answer. Every problem is printed as "
+        "file:line: field: message; the exit status is 2 if there is any.",
+    )
+    check.add_argument(
+        "path", type=Path, nargs="?", help="the YAML file (default: the embedded default)"
+    )
+    check.add_argument(
+        "--offline", action="store_true", help="skip what needs the network (upstreams answer)"
+    )
     check.set_defaults(handler=_check_config)
 
     # the other command groups: each module adds its own parsers
@@ -56,23 +111,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from gateway.cli.startup import brief_startup_errors, preflight
     from gateway.dispatch.router import Gateway
     from gateway.http.app import AppSettings, create_app
     from gateway.http.server import serve
     from gateway.state import StateSettings
     from gateway.telemetry.logs import configure_logging
 
-    config = load_or_report(args.config)
-    if config is None:
+    loaded = preflight(args.config)
+    if loaded is None:
         return 2
     state = StateSettings.from_env(redis_url=args.redis_url)
     exposed = exposure(args.host, args.allow_open, state)
     if exposed is None:
         return 2
     configure_logging(args.log_level)
+    brief_startup_errors(args.log_level)
     warn_if_open(exposed, args.host, args.port)
-    gateway = Gateway.from_config(config)
-    settings = AppSettings(config=config, config_path=args.config, state=state)
+    gateway = Gateway.from_config(loaded.config)
+    settings = AppSettings(config=loaded.config, config_path=args.config, state=state)
     app = create_app(settings, gateway)
     return serve(app, gateway, args.host, args.port, args.drain_timeout, edge_limits(args))
 
@@ -86,40 +143,18 @@ def _demo_model(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    config = load_or_report(args.path)
-    if config is None:
-        return 2
-    if any(d.backend == "vllm" for d in config.deployments):
-        from backends.vllm.backend import check_available
+    from gateway.config.checks import check_config
+    from gateway.config.loading import report
 
-        problem = check_available()
-        if problem is not None:
-            print(f"{args.path}: {problem}", file=sys.stderr)
-            return 2
-    for problem in _not_gguf(config):
-        print(f"{args.path}: {problem}", file=sys.stderr)
+    found = check_config(args.path, serving=False, network=not args.offline)
+    report(found.issues)
+    for note in found.notes:
+        print(f"note: {note}")
+    if found.loaded is None:
         return 2
+    config = found.loaded.config
     print(
-        f"{args.path}: ok ({len(config.deployments)} deployments, "
+        f"{found.loaded.source}: ok ({len(config.deployments)} deployments, "
         f"{len(config.models)} models: {', '.join(config.models)})"
     )
     return 0
-
-
-def _not_gguf(config: GatewayConfig) -> list[str]:
-    """llama.cpp deployments whose ``model`` names an existing file that is not a GGUF."""
-    from gateway.models.store import GGUF_MAGIC
-
-    problems = []
-    for deployment in config.deployments:
-        path = Path(deployment.model).expanduser()
-        if deployment.backend != "llamacpp" or not path.is_file():
-            continue
-        with path.open("rb") as handle:
-            head = handle.read(len(GGUF_MAGIC))
-        if head != GGUF_MAGIC:
-            problems.append(
-                f"deployment {deployment.name!r}: model {deployment.model} is not a GGUF "
-                f"file (it starts with {head!r}, not {GGUF_MAGIC!r})"
-            )
-    return problems

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from gateway.models.packaged import InstalledModel
     from gateway.models.store import CachedModel, ModelCache, PullResult
 
 PULL_EPILOG = """\
@@ -26,6 +27,7 @@ The file goes to $SHUNTER_MODEL_DIR (default ~/.cache/shunter/models) as NAME.gg
 last line printed is its path. An interrupted pull resumes when run again.
 HF_TOKEN is sent to Hugging Face for gated or private repositories.
 """
+_DIR_HELP = "cache directory (default: $SHUNTER_MODEL_DIR, else ~/.cache/shunter/models)"
 
 
 def register(sub: Any) -> None:
@@ -34,7 +36,6 @@ def register(sub: Any) -> None:
         "pull",
         help="download a GGUF model into the local cache",
         epilog=PULL_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pull.add_argument("source", help="hf://owner/repo/file.gguf or an http(s) URL")
     pull.add_argument("--name", help="cache name (default: the file name without .gguf)")
@@ -42,18 +43,24 @@ def register(sub: Any) -> None:
     pull.add_argument("--endpoint", help="Hugging Face endpoint (env SHUNTER_HF_ENDPOINT)")
     pull.add_argument("--force", action="store_true", help="download again if already cached")
     pull.add_argument("--retries", type=int, default=3, help="resumes after a dropped transfer")
-    pull.add_argument("--model-dir", type=Path, help="cache directory (env SHUNTER_MODEL_DIR)")
+    pull.add_argument("--model-dir", type=Path, help=_DIR_HELP)
     pull.set_defaults(handler=_pull)
 
     models = sub.add_parser("models", help="list or remove cached models")
     verbs = models.add_subparsers(required=True, metavar="ACTION")
-    listing = verbs.add_parser("list", aliases=["ls"], help="list cached models")
+    listing = verbs.add_parser(
+        "list",
+        aliases=["ls"],
+        help="list the models a deployment's model field can name",
+        description="Models in the cache (pulled or generated) and models shipped in "
+        "installed Python packages (package:NAME); a deployment's model takes the name.",
+    )
     listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.add_argument("--model-dir", type=Path)
+    listing.add_argument("--model-dir", type=Path, help=_DIR_HELP)
     listing.set_defaults(handler=_list)
     remove = verbs.add_parser("rm", help="delete cached models")
-    remove.add_argument("names", nargs="+", metavar="NAME")
-    remove.add_argument("--model-dir", type=Path)
+    remove.add_argument("names", nargs="+", metavar="NAME", help="cache names to delete")
+    remove.add_argument("--model-dir", type=Path, help=_DIR_HELP)
     remove.set_defaults(handler=_remove)
 
 
@@ -120,19 +127,28 @@ def _pull_with_progress(args: argparse.Namespace, cache: ModelCache, err: Consol
 
 
 def _list(args: argparse.Namespace) -> int:
-    models = _cache(args).list_models()
+    from gateway.models.packaged import installed_models
+
+    cache = _cache(args)
+    rows = [_cached_row(m) for m in cache.list_models()]
+    rows += [_packaged_row(m) for m in installed_models()]
     if args.json:
-        print(json.dumps([_as_json(m) for m in models], indent=2))
+        print(json.dumps(rows, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"models in {_cache(args).root}", title_justify="left")
-    for column in ("name", "size", "path", "last used"):
-        table.add_column(column, justify="right" if column == "size" else "left")
-    for m in models:
-        table.add_row(m.name, _size(m.size), str(m.path), _ago(m.last_used))
-    Console().print(table if models else f"no models in {_cache(args).root}")
+    title = f"models in {cache.root}, and in installed packages"
+    table = Table(title=title, title_justify="left")
+    table.add_column("name", no_wrap=True)  # what a config names: never cut
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("path", overflow="fold")
+    table.add_column("last used")
+    table.add_column("from")
+    for row in rows:
+        when = "-" if row["packaged"] else _ago(row["last_used"])
+        table.add_row(row["name"], _size(row["size"]), row["path"], when, row["source"] or "")
+    Console().print(table if rows else f"no models in {cache.root}", highlight=False)
     return 0
 
 
@@ -151,15 +167,31 @@ def _remove(args: argparse.Namespace) -> int:
     return code
 
 
-def _as_json(model: CachedModel) -> dict[str, Any]:
+def _cached_row(model: CachedModel) -> dict[str, Any]:
+    generated = model.source is None and model.name.startswith("demo-")
     return {
         "name": model.name,
         "path": str(model.path),
         "size": model.size,
         "last_used": model.last_used,
         "pulled_at": model.pulled_at,
-        "source": model.source,
+        "source": "generated (random weights)" if generated else model.source,
         "sha256": model.sha256,
+        "packaged": False,
+    }
+
+
+def _packaged_row(found: InstalledModel) -> dict[str, Any]:
+    model = found.model
+    return {
+        "name": model.reference,
+        "path": str(found.path),
+        "size": found.size,
+        "last_used": None,
+        "pulled_at": None,
+        "source": f"package {model.distribution} {found.version} ({model.license})",
+        "sha256": None,
+        "packaged": True,
     }
 
 

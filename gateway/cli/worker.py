@@ -14,6 +14,7 @@ deployment's ``api_key_env``) or with ``--allow-open``.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from backends.llamacpp import LlamaCppSettings
 from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, warn_if_open
 from gateway.config import GatewayConfig
 
@@ -35,14 +37,34 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--parallel", type=int, default=4, help="sequences decoded together")
     worker.add_argument("--ctx", type=int, default=4096, help="context tokens per sequence")
     worker.add_argument("--threads", type=int, help="CPU threads (default: every core)")
-    worker.add_argument("--gpu-layers", type=int, default=0, help="-1 offloads every layer")
-    worker.add_argument("--kv-cache-type", choices=["f16", "q8_0"], default="f16")
-    worker.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
+    worker.add_argument(
+        "--gpu-layers", type=int, default=0, help="layers offloaded to a GPU; -1: every layer"
+    )
+    worker.add_argument(
+        "--kv-cache-type", choices=["f16", "q8_0"], default="f16", help="KV cache precision"
+    )
+    worker.add_argument(
+        "--flash-attn",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="flash attention; auto: where the device supports it",
+    )
     worker.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot")
-    worker.add_argument("--host", default="127.0.0.1")
-    worker.add_argument("--port", type=int, default=8080)
-    worker.add_argument("--log-level", default="info")
-    worker.add_argument("--drain-timeout", type=float, default=30.0)
+    worker.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    worker.add_argument("--port", type=int, default=8080, help="port to listen on")
+    worker.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="debug also shows tracebacks of start-up failures",
+    )
+    worker.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, time for in-flight requests to finish",
+    )
     add_edge_arguments(worker)
     worker.set_defaults(handler=run_worker)
 
@@ -69,6 +91,7 @@ def worker_config(args: argparse.Namespace) -> GatewayConfig:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    from gateway.cli.startup import brief_startup_errors
     from gateway.dispatch.router import Gateway
     from gateway.http.app import AppSettings, create_app
     from gateway.http.server import serve
@@ -90,7 +113,34 @@ def run_worker(args: argparse.Namespace) -> int:
     if exposed is None:
         return 2
     configure_logging(args.log_level)
+    brief_startup_errors(args.log_level)
     warn_if_open(exposed, args.host, args.port)
+    describe_worker(config, args, exposed)
     gateway = Gateway.from_config(config)
-    app = create_app(AppSettings(config=config, watch_config=False), gateway)
+    label = f"shunter worker --model {args.model}"
+    app = create_app(AppSettings(config=config, watch_config=False, label=label), gateway)
     return serve(app, gateway, args.host, args.port, args.drain_timeout, edge_limits(args))
+
+
+def describe_worker(config: GatewayConfig, args: argparse.Namespace, exposed: str) -> None:
+    """The worker's start-up line: what it serves, how, where, and who may call it."""
+    import structlog
+
+    (deployment,) = config.deployments
+    assert isinstance(deployment, LlamaCppSettings)
+    structlog.get_logger("shunter.worker").info(
+        "worker_starting",
+        model=deployment.name,
+        file=str(Path(args.model).resolve()),
+        parallel=deployment.parallel,
+        ctx_per_sequence=deployment.n_ctx,
+        threads=deployment.threads or os.cpu_count(),
+        gpu_layers=deployment.gpu_layers,
+        kv_cache_type=deployment.kv_cache_type,
+        max_queue=deployment.max_queue,
+        url=f"http://{args.host}:{args.port}/v1",
+        stats=f"http://{args.host}:{args.port}/v1/worker/stats",
+        auth={"loopback": "none (loopback only)", "keys": "master key", "open": "none (open)"}[
+            exposed
+        ],
+    )

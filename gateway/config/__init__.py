@@ -1,5 +1,6 @@
 """The gateway's YAML configuration: typed models (:mod:`~gateway.config.schema`) and their
-loading with ``file:line: field`` errors (:mod:`~gateway.config.loading`).
+loading with ``file:line: field`` errors (:mod:`~gateway.config.loading`), and what a config
+needs from the machine (:mod:`~gateway.config.checks`: model files, key variables, devices).
 
 It sits below every package that reads it (dispatch, admission, residency, http) and imports
 only backends' settings (:data:`backends.registry.DeploymentConfig`) and policies.
@@ -8,13 +9,17 @@ only backends' settings (:data:`backends.registry.DeploymentConfig`) and policie
 from gateway.config.loading import (
     ConfigError,
     ConfigIssue,
+    LoadedConfig,
     default_config,
     load_config,
     load_or_report,
     parse_config,
+    read_config,
+    read_or_report,
 )
 from gateway.config.schema import (
     CacheRule,
+    CORSSettings,
     DeviceSpec,
     GatewayConfig,
     LocalModelsSettings,
@@ -23,11 +28,13 @@ from gateway.config.schema import (
 )
 
 __all__ = [
+    "CORSSettings",
     "CacheRule",
     "ConfigError",
     "ConfigIssue",
     "DeviceSpec",
     "GatewayConfig",
+    "LoadedConfig",
     "LocalModelsSettings",
     "ModelRoute",
     "ReliabilitySettings",
@@ -35,4 +42,6 @@ __all__ = [
     "load_config",
     "load_or_report",
     "parse_config",
+    "read_config",
+    "read_or_report",
 ]

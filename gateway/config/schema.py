@@ -7,9 +7,18 @@ packages that read it (dispatch, admission, residency) and imports none of them.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from backends.registry import DeploymentConfig
 from policies.policy import Policy, PolicyField
@@ -26,19 +35,27 @@ class DeviceSpec(BaseModel):
 
 
 class ReliabilitySettings(BaseModel):
-    """Retry and breaker knobs, per model route."""
+    """Retries, back-off, circuit breakers and their background probes, for every route
+    (see :mod:`gateway.dispatch.reliability`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     retries: int = Field(default=1, ge=0, le=5, description="extra tries on one deployment")
-    backoff_base_s: float = Field(default=0.05, ge=0)
-    backoff_max_s: float = Field(default=2.0, ge=0)
+    backoff_base_s: float = Field(
+        default=0.5, ge=0, description="full-jitter back-off: retry n waits up to base x 2^n"
+    )
+    backoff_max_s: float = Field(default=4.0, ge=0, description="the back-off's ceiling")
     max_retry_after_s: float = Field(
         default=5.0, ge=0, description="a longer retry-after moves on to the next deployment"
     )
     failure_threshold: int = Field(default=3, ge=1)
-    cooldown_s: float = Field(default=5.0, gt=0)
-    max_cooldown_s: float = Field(default=120.0, gt=0)
+    cooldown_s: float = Field(default=5.0, gt=0, description="the first time a breaker stays open")
+    max_cooldown_s: float = Field(
+        default=10.0, gt=0, description="cap of the cooldown, which doubles on each re-opening"
+    )
+    probe_interval_s: float | None = Field(
+        default=2.0, gt=0, description="health probes of open deployments; none: no probes"
+    )
 
 
 class LocalModelsSettings(BaseModel):
@@ -75,6 +92,10 @@ class ModelRoute(BaseModel):
     candidates: list[str] = Field(min_length=1)
     policy: PolicyField = Field(default_factory=Policy.default)
     fallback: bool = True
+    context_fallback: bool = Field(
+        default=True,
+        description="with fallback: a prompt too long for one candidate moves to a larger one",
+    )
     cache: CacheRule | None = None
 
 
@@ -91,6 +112,84 @@ class HTTPSettings(BaseModel):
     )
 
 
+class ResponsesSettings(BaseModel):
+    """``responses:``: the responses ``/v1/responses`` stores (``store``, the default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttl_s: float = Field(default=86_400.0, gt=0, description="how long a stored response lives")
+    max_bytes: ByteSize = Field(
+        default=ByteSize(256 * 1024 * 1024),
+        gt=0,
+        description="stored responses one replica keeps, oldest dropped first (e.g. 256MiB)",
+    )
+
+
+_ORIGIN = re.compile(r"^https?://[^/\s]+$")
+EXPOSED_HEADERS = (
+    "x-request-id",
+    "x-shunter-deployment",
+    "x-shunter-route",
+    "x-shunter-cache",
+    "x-shunter-upstream-model",
+    "x-shunter-token-count",
+    "retry-after",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+)
+"""Response headers a page may read by default: the request id, the route and the limits."""
+
+
+class CORSSettings(BaseModel):
+    """``cors:``: which web pages (origins) may call the gateway from a browser. Off (no
+    origins) by default. Read at start: a change needs a restart."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow_origins: list[str] = Field(
+        default_factory=list,
+        description="origins such as https://app.example.com, or * for any page",
+    )
+    allow_headers: list[str] = Field(
+        default_factory=lambda: ["*"], description="request headers a page may send"
+    )
+    expose_headers: list[str] = Field(
+        default_factory=lambda: list(EXPOSED_HEADERS),
+        description="response headers a page may read",
+    )
+    max_age_s: int = Field(default=600, ge=0, description="how long a browser keeps a preflight")
+
+    @field_validator("allow_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            if origin != "*" and not _ORIGIN.match(origin):
+                raise ValueError(
+                    f"{origin!r} is not an origin: write scheme://host[:port] with no path, "
+                    "e.g. https://app.example.com, or * for any page"
+                )
+        return origins
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any page may call the gateway from a browser."""
+        return bool(self.allow_origins)
+
+    @property
+    def listed_origins(self) -> frozenset[str]:
+        """The origins named one by one (``*`` aside): pages trusted even in open mode."""
+        return frozenset(o for o in self.allow_origins if o != "*")
+
+
+SKIP_REFERENCES = "skip_references"
+"""Validation context key: the loader has checked the references between sections itself
+(locating each problem at its line), so :class:`GatewayConfig` does not check them again."""
+
+
 class GatewayConfig(BaseModel):
     """The whole routing configuration."""
 
@@ -102,9 +201,13 @@ class GatewayConfig(BaseModel):
     reliability: ReliabilitySettings = ReliabilitySettings()
     local_models: LocalModelsSettings = LocalModelsSettings()
     http: HTTPSettings = HTTPSettings()
+    cors: CORSSettings = CORSSettings()
+    responses: ResponsesSettings = ResponsesSettings()
 
     @model_validator(mode="after")
-    def _references_resolve(self) -> GatewayConfig:
+    def _references_resolve(self, info: ValidationInfo) -> GatewayConfig:
+        if info.context and info.context.get(SKIP_REFERENCES):
+            return self
         names = [d.name for d in self.deployments]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:

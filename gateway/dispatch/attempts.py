@@ -23,7 +23,7 @@ from gateway.errors import (
     GatewayError,
     InvalidRequestError,
     ServiceUnavailableError,
-    UpstreamError,
+    StreamCutError,
     UpstreamTimeoutError,
 )
 from policies import Candidate as PolicyCandidate
@@ -61,7 +61,7 @@ async def attempt_once(
         breaker.record_failure()
         tracked.finish(None, failed=True)
         recorded = True
-        raise UpstreamError(f"deployment {backend.name!r} returned an empty stream") from exc
+        raise StreamCutError(f"deployment {backend.name!r} returned an empty stream") from exc
     except GatewayError as exc:
         recorded = True
         if not exc.counts_as_failure:
@@ -108,13 +108,17 @@ def all_cooling_down(candidates: Sequence[Candidate]) -> ServiceUnavailableError
     )
 
 
-async def within(limit_s: float | None, awaitable: Awaitable[T], backend: Backend) -> T:
+async def within(
+    limit_s: float | None,
+    awaitable: Awaitable[T],
+    backend: Backend,
+    error: type[UpstreamTimeoutError] = UpstreamTimeoutError,
+) -> T:
+    """``awaitable``'s result, or ``error`` (a timeout) once ``limit_s`` has passed."""
     if limit_s is None:
         return await awaitable
     try:
         async with asyncio.timeout(limit_s):
             return await awaitable
     except TimeoutError as exc:
-        raise UpstreamTimeoutError(
-            f"deployment {backend.name!r} did not answer within {limit_s:g}s"
-        ) from exc
+        raise error(f"deployment {backend.name!r} did not answer within {limit_s:g}s") from exc

@@ -1,36 +1,62 @@
 """Circuit breakers and retry timing for deployments.
 
 A breaker opens after ``failure_threshold`` consecutive deployment failures (connect errors,
-timeouts, 429/5xx from upstream: never a 4xx caused by the request), stays open for a
-cooldown that doubles on each re-opening (capped), then lets one probe request through
-(half-open): success closes it, failure re-opens it.
+timeouts, cut streams, 429/5xx from upstream: never a 4xx caused by the request). It stays
+open for a cooldown: ``cooldown_s`` the first time, doubled on each re-opening, capped at
+``max_cooldown_s``. Then it is half-open: one request may try (the trial); success closes it
+and resets the cooldown, failure opens it again. While it is open, a background health
+probe (:mod:`gateway.dispatch.probing`) that succeeds makes it half-open at once, so a
+recovered deployment is tried again without waiting for the cooldown. Probes only ever
+shorten a cooldown: a failed probe changes nothing.
+
+::
+
+    closed --threshold failures--> open --cooldown over, or a probe succeeds--> half_open
+    half_open --trial succeeds--> closed       half_open --trial fails--> open (longer)
+
+Retries wait like a good client: the upstream's ``retry-after`` when it sends one, else
+exponential back-off with full jitter (up to ``backoff_base_s`` x 2^n, capped at
+``backoff_max_s``), and never more than two attempts on one deployment within
+:data:`ATTEMPT_WINDOW_S` for one request.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from gateway.config import ReliabilitySettings
 
 BreakerState = Literal["closed", "open", "half_open"]
+BREAKER_STATES: tuple[BreakerState, ...] = ("closed", "open", "half_open")
+ATTEMPT_WINDOW_S = 1.0
+"""One request makes at most two attempts on one deployment within this many seconds."""
 
 
 @dataclass
 class CircuitBreaker:
-    """One deployment's breaker; ``clock`` is injectable for tests."""
+    """One deployment's breaker; ``clock`` is injectable for tests.
+
+    It also keeps the deployment's reliability tallies for ``/metrics``: ``fallbacks``
+    (requests that left it for another candidate, by cause) and ``probes`` (background
+    health probes, by result)."""
 
     failure_threshold: int = 3
     cooldown_s: float = 5.0
-    max_cooldown_s: float = 120.0
+    max_cooldown_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
     failures: int = 0
     openings: int = 0
     open_until: float = 0.0
+    opened_at: float | None = None
+    closed_at: float | None = None
     last_failure_at: float | None = None
+    fallbacks: Counter[str] = field(default_factory=Counter)
+    probes: Counter[str] = field(default_factory=Counter)
     _probing: bool = field(default=False, repr=False)
 
     @property
@@ -40,7 +66,7 @@ class CircuitBreaker:
         return "open" if self.clock() < self.open_until else "half_open"
 
     def allow(self) -> bool:
-        """May a request go to this deployment now? In half-open state, only one probe."""
+        """May a request go to this deployment now? In half-open state, only one trial."""
         state = self.state
         if state == "closed":
             return True
@@ -53,17 +79,27 @@ class CircuitBreaker:
         return max(0.0, self.open_until - self.clock())
 
     def record_success(self) -> None:
+        if self.openings:
+            self.closed_at = self.clock()
         self.failures, self.openings, self._probing = 0, 0, False
 
     def open_for(self, seconds: float) -> None:
         """Open now for ``seconds``, because another replica saw this deployment fail."""
         self.failures = max(self.failures, self.failure_threshold)
+        if self.openings == 0:
+            self.opened_at = self.clock()
         self.openings = max(self.openings, 1)
         self.open_until = max(self.open_until, self.clock() + seconds)
         self._probing = False
 
+    def probe_passed(self) -> None:
+        """A background health probe succeeded: end the cooldown now (half-open), so the
+        next request is the trial."""
+        if self.state == "open":
+            self.open_until = self.clock()
+
     def record_abandoned(self) -> None:
-        """The request went away before an outcome: free a half-open probe."""
+        """The request went away before an outcome: free a half-open trial."""
         self._probing = False
 
     def record_failure(self) -> None:
@@ -73,7 +109,13 @@ class CircuitBreaker:
         if self.failures >= self.failure_threshold:
             cooldown = min(self.cooldown_s * 2**self.openings, self.max_cooldown_s)
             self.openings += 1
+            self.opened_at = self.clock()
             self.open_until = self.clock() + cooldown
+
+
+def new_breaker(settings: ReliabilitySettings) -> CircuitBreaker:
+    """A closed breaker with the configured threshold and cooldowns."""
+    return CircuitBreaker(settings.failure_threshold, settings.cooldown_s, settings.max_cooldown_s)
 
 
 def backoff_delay(attempt: int, retry_after: float | None, settings: ReliabilitySettings) -> float:
@@ -83,3 +125,12 @@ def backoff_delay(attempt: int, retry_after: float | None, settings: Reliability
         return retry_after
     ceiling = min(settings.backoff_base_s * 2**attempt, settings.backoff_max_s)
     return random.uniform(0, ceiling)
+
+
+def spacing_delay(started: Sequence[float], now: float) -> float:
+    """How long the next attempt must wait so that at most two of this request's attempts
+    on one deployment fall within any :data:`ATTEMPT_WINDOW_S` (``started``: when the
+    earlier ones began, oldest first)."""
+    if len(started) < 2:
+        return 0.0
+    return max(0.0, started[-2] + ATTEMPT_WINDOW_S - now)

@@ -2,10 +2,12 @@
 
 Retries and fallback happen only before anything has been sent to the client: a stream is
 "opened" by pulling its first chunk, and only a failure up to that point is retried on the
-same deployment (with back-off that honours retry-after) or moved to the next candidate.
-Errors caused by the request itself (4xx) are never retried. Each deployment has a circuit
-breaker; when every candidate's breaker is open the client gets a 503 that says so, with
-the time until the first one may be probed again.
+same deployment or moved to the next candidate (the rules are in
+:mod:`gateway.dispatch.failover`). Errors caused by the request itself (4xx) are never
+retried; a prompt too long for one deployment moves to a larger one. Each deployment has a
+circuit breaker, probed in the background while open (:mod:`gateway.dispatch.probing`);
+when every candidate's breaker is open the client gets a 503 that says so, with the time
+until the first one may be tried again.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -23,23 +25,15 @@ from opentelemetry import trace
 
 from backends.base import Backend
 from backends.registry import DeploymentConfig
-from gateway.admission.limits import DeploymentLimitedError
 from gateway.config import GatewayConfig, ModelRoute
-from gateway.dispatch.attempts import (
-    Candidate,
-    all_cooling_down,
-    attempt_once,
-    nothing_can_serve,
-    within,
-)
+from gateway.dispatch.attempts import Candidate, nothing_can_serve, within
+from gateway.dispatch.failover import Admit, Failover, Routing, Trail
+from gateway.dispatch.learned import ContextLimits
 from gateway.dispatch.live import Attempt, DeploymentTracker
-from gateway.dispatch.reliability import CircuitBreaker, backoff_delay
+from gateway.dispatch.probing import Prober
+from gateway.dispatch.reliability import CircuitBreaker, new_breaker
 from gateway.dispatch.routing import DeploymentDescriber
-from gateway.errors import (
-    GatewayError,
-    ModelNotFoundError,
-    UpstreamTimeoutError,
-)
+from gateway.errors import GatewayError, ModelNotFoundError, StalledError
 from gateway.protocol import ModelList
 from gateway.protocol.common import Model
 from gateway.protocol.frames import Deadline, FrameStream
@@ -47,27 +41,17 @@ from gateway.residency.placement import plan_deployments
 from gateway.residency.resident import Residency
 from gateway.telemetry.instruments import tracing
 from policies import Candidate as PolicyCandidate
-from policies import FitClass, Hedge, RequestFacts
+from policies import Decision, FitClass, Hedge, RequestFacts
 
 T = TypeVar("T")
-Admit = Callable[["Candidate"], Awaitable[None]]
 Opened = tuple["Candidate", tuple[tuple[bytes, "FrameStream"], "Attempt"]]
 log = structlog.get_logger("shunter.dispatch")
 
 
 @dataclass(frozen=True)
-class Routing:
-    """A policy's decision for one request: candidates in order, and why."""
-
-    candidates: list[Candidate]
-    reason: str
-    request: RequestFacts
-    hedge: Hedge | None = None
-
-
-@dataclass(frozen=True)
 class Routed(Generic[T]):
-    """A whole response, the deployment that gave it, and why that one."""
+    """A whole response, the deployment that gave it, and why that one (after any
+    fallback: ``b after a: rate_limited; policy: ...``)."""
 
     candidate: Candidate
     value: T
@@ -78,7 +62,8 @@ class Routed(Generic[T]):
 class OpenedStream:
     """A stream whose first frame has arrived: safe to commit the HTTP response.
 
-    Whoever consumes ``rest`` reports the end through ``attempt.finish(tokens)``."""
+    Whoever consumes ``rest`` reports the end through ``attempt.finish(tokens)``. ``reason``
+    is as in :class:`Routed`."""
 
     candidate: Candidate
     first: bytes
@@ -109,10 +94,13 @@ class Gateway:
         self._describe = DeploymentDescriber()
         self._retiring: set[asyncio.Task[None]] = set()
         self.on_reload: list[Callable[[GatewayConfig], None]] = []
-        self.breakers = {name: _breaker(config) for name in backends}
+        self.breakers = {name: new_breaker(config.reliability) for name in backends}
         self.trackers = {name: DeploymentTracker() for name in backends}
         self.fits: dict[str, FitClass] = {}
         self.config_version = config_version(config)
+        self.context_limits = ContextLimits()
+        self._failover = Failover(config.reliability, self.context_limits)
+        self.prober = Prober(self._probe_targets, config.reliability.probe_interval_s)
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> Gateway:
@@ -142,8 +130,10 @@ class Gateway:
         retired = [b for name, b in self.backends.items() if keep.get(name) is not b]
         self.breakers = {
             **{name: self.breakers[name] for name in keep},
-            **{name: _breaker(config) for name in fresh},
+            **{name: new_breaker(config.reliability) for name in fresh},
         }
+        self.context_limits.keep_only(keep)  # a changed deployment may hold more now
+        self._failover = Failover(config.reliability, self.context_limits)
         self.trackers = {
             **{name: self.trackers[name] for name in keep},
             **{name: DeploymentTracker() for name in fresh},
@@ -151,6 +141,7 @@ class Gateway:
         fits = await _memory_fits(config)
         self.config, self.backends, self.fits = config, {**keep, **fresh}, fits
         self.residency.start()
+        await self.prober.retune(config.reliability.probe_interval_s)
         self.config_version = config_version(config)
         for hook in self.on_reload:
             hook(config)
@@ -172,10 +163,12 @@ class Gateway:
         await asyncio.gather(*(b.start() for b in self.backends.values()))
         self.fits = await _memory_fits(self.config)
         self.residency.start()
+        self.prober.start()
         self.ready = True
 
     async def aclose(self) -> None:
         self.ready = False
+        await self.prober.stop()
         await self.residency.stop()
         await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(b.aclose() for b in self.backends.values()))
@@ -195,22 +188,74 @@ class Gateway:
     def decide(self, model: str, request: RequestFacts | None = None) -> Routing:
         """Rank ``model``'s deployments for ``request`` with the route's policy."""
         route = self.route(model)
-        config, facts = self.config, request or RequestFacts(prompt_tokens=0)
+        facts = request or RequestFacts(prompt_tokens=0)
         pool = self.policy_candidates(model)
         decision = route.policy.route(facts, pool, now=time.monotonic())
         if decision.chosen is None:
             raise nothing_can_serve(model, facts, pool, decision.reason())
+        backends, breakers, trackers = self.backends, self.breakers, self.trackers
         ordered = [
-            Candidate(
-                self.backends[name],
-                config.deployment(name),
-                self.breakers[name],
-                self.trackers[name],
-            )
-            for name in decision.names
+            Candidate(backends[n], self.config.deployment(n), breakers[n], trackers[n])
+            for n in decision.names
         ]
         candidates = ordered if route.fallback else ordered[:1]
-        return Routing(candidates, decision.reason(), facts, decision.hedge)
+        trail = Trail()
+        if decision.dropped:
+            self._note_open_skipped(route, decision, trail)
+        return Routing(
+            candidates,
+            decision.reason(),
+            facts,
+            decision.hedge,
+            trail,
+            route.fallback and route.context_fallback,
+        )
+
+    def _candidate(self, name: str) -> Candidate:
+        return Candidate(
+            self.backends[name],
+            self.config.deployment(name),
+            self.breakers[name],
+            self.trackers[name],
+        )
+
+    def _note_open_skipped(self, route: ModelRoute, decision: Decision, trail: Trail) -> None:
+        """Candidates listed before the chosen one whose open breaker kept them out: the
+        request fell back from them (``breaker_open``)."""
+        assert decision.chosen is not None
+        order = route.candidates
+        before = order.index(decision.chosen.name)
+        for dropped in decision.dropped:
+            name = dropped.name
+            if order.index(name) < before and self.breakers[name].state == "open":
+                trail.leave(self._candidate(name), "breaker_open", fallback=True)
+
+    def deployment_health(self, name: str) -> dict[str, object]:
+        """A deployment's breaker and learned context, for readiness and ``shunter route``."""
+        breaker = self.breakers.get(name)
+        return {
+            "breaker": breaker.state if breaker else "closed",
+            "breaker_retry_in_s": round(breaker.retry_in(), 3) if breaker else 0.0,
+            "context_learned": self.context_limits.get(name),
+        }
+
+    def adopt(self, deployments: Mapping[str, Any]) -> None:
+        """Take in a running gateway's view of its deployments (readiness's
+        ``deployments``): learned context lengths and open breakers, so that an offline
+        explain (``shunter route --live``) routes as that gateway would."""
+        for name, seen in deployments.items():
+            if name not in self.breakers or not isinstance(seen, Mapping):
+                continue
+            learned = seen.get("context_learned")
+            if isinstance(learned, int) and learned > 0:
+                self.context_limits.learn(name, learned)
+            retry_in = seen.get("breaker_retry_in_s")
+            if seen.get("breaker") == "open" and isinstance(retry_in, int | float):
+                self.breakers[name].open_for(float(retry_in))
+
+    def _probe_targets(self) -> dict[str, tuple[Backend, CircuitBreaker]]:
+        breakers = self.breakers
+        return {n: (b, breakers[n]) for n, b in self.backends.items() if n in breakers}
 
     def policy_candidates(self, model: str) -> list[PolicyCandidate]:
         """``model``'s deployments as routing sees them now: config, health, live figures."""
@@ -221,6 +266,7 @@ class Gateway:
                 self.breakers[name],
                 self.trackers[name],
                 self.fits.get(name),
+                self.context_limits.get(name),
             )
             for name in self.route(model).candidates
         ]
@@ -242,7 +288,7 @@ class Gateway:
         routing = self.decide(model, request)
         chosen, (result, tracked) = await self._first_success(routing, bounded, operation, admit)
         tracked.finish(None)
-        return Routed(chosen, result, routing.reason)
+        return Routed(chosen, result, routing.trail.route(chosen.settings.name, routing.reason))
 
     async def open_stream(
         self,
@@ -261,7 +307,8 @@ class Gateway:
             if total_s is not None:
                 iterator = Deadline(iterator, total_s, backend.name)
             try:
-                return await within(first_token_s, anext(iterator), backend), iterator
+                first = await within(first_token_s, anext(iterator), backend, StalledError)
+                return first, iterator
             except BaseException:
                 await _aclose(iterator)
                 raise
@@ -272,7 +319,8 @@ class Gateway:
         else:
             opened = await self._first_success(routing, first_chunk, operation, admit)
         chosen, ((first, rest), tracked) = opened
-        return OpenedStream(chosen, first, rest, routing.reason, tracked)
+        reason = routing.trail.route(chosen.settings.name, routing.reason)
+        return OpenedStream(chosen, first, rest, reason, tracked)
 
     async def _hedged(
         self,
@@ -322,43 +370,10 @@ class Gateway:
         operation: str,
         admit: Admit | None,
     ) -> tuple[Candidate, tuple[T, Attempt]]:
-        settings = self.config.reliability
-        last: GatewayError | None = None
-        tried = False
-        candidates = routing.candidates
-        for candidate in candidates:
-            breaker = candidate.breaker
-            for retry in range(settings.retries + 1):
-                if not breaker.allow():
-                    break
-                if retry == 0 and admit is not None:
-                    try:
-                        await admit(candidate)
-                    except DeploymentLimitedError as exc:
-                        # its own rate limit: not a failure, just full; try the next one
-                        breaker.record_abandoned()
-                        last = exc
-                        break
-                tried = True
-                try:
-                    with self._client_span(operation, candidate, retry):
-                        result = await attempt_once(candidate, attempt, routing.request)
-                except GatewayError as exc:
-                    if not exc.counts_as_failure:
-                        raise
-                    last = exc
-                    if isinstance(exc, UpstreamTimeoutError):
-                        break  # it used up its time once; the next candidate gets the rest
-                    delay = backoff_delay(retry, exc.retry_after, settings)
-                    if retry == settings.retries or delay > settings.max_retry_after_s:
-                        break
-                    await asyncio.sleep(delay)
-                else:
-                    return candidate, result
-        if not tried and last is None:
-            raise all_cooling_down(candidates)
-        assert last is not None
-        raise last
+        def span(candidate: Candidate, retry: int) -> Any:
+            return self._client_span(operation, candidate, retry)
+
+        return await self._failover.first_success(routing, attempt, span, admit)
 
     def _client_span(self, operation: str, candidate: Candidate, retry: int) -> Any:
         """One span per upstream attempt, in GenAI terms (nothing when traces are off)."""
@@ -393,11 +408,6 @@ async def _memory_fits(config: GatewayConfig) -> dict[str, FitClass]:
     """Each local deployment's memory fit, for the ``fits_memory`` filter."""
     placements = await asyncio.to_thread(plan_deployments, config.deployments, config.devices)
     return {p.deployment: p.plan.fit for p in placements if p.plan is not None}
-
-
-def _breaker(config: GatewayConfig) -> CircuitBreaker:
-    settings = config.reliability
-    return CircuitBreaker(settings.failure_threshold, settings.cooldown_s, settings.max_cooldown_s)
 
 
 def config_version(config: GatewayConfig) -> str:

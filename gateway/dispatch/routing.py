@@ -1,8 +1,9 @@
 """From gateway state to the plain facts ``policies`` route on, and back.
 
 ``policies`` is pure logic; this module is the adapter: it describes each deployment
-(config, capabilities, price, memory fit, breaker state) and each request (estimated
-prompt tokens, features it needs, a prefix key for affinity) as ``policies`` data.
+(config, capabilities with any context length learned from its own rejections, price,
+memory fit, breaker state) and each request (estimated prompt tokens, features it needs, a
+prefix key for affinity) as ``policies`` data.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 
-from backends.base import Backend
+from backends.base import Backend, Price
 from backends.registry import DeploymentConfig
 from gateway.dispatch.live import DeploymentTracker
 from gateway.dispatch.reliability import CircuitBreaker
@@ -23,8 +24,8 @@ _CHARS_PER_TOKEN = 4
 
 class DeploymentDescriber:
     """Each deployment as a policy candidate: configuration, health and live figures. The
-    facts are rebuilt only when the deployment's configuration, capabilities, memory fit or
-    breaker state changed; the live figures are read every time."""
+    facts are rebuilt only when the deployment's configuration, capabilities, memory fit,
+    learned context length or breaker state changed; the live figures are read every time."""
 
     def __init__(self) -> None:
         self._memo: dict[str, tuple[tuple[object, ...], CandidateFacts]] = {}
@@ -36,6 +37,7 @@ class DeploymentDescriber:
         breaker: CircuitBreaker,
         tracker: DeploymentTracker,
         fit: FitClass | None,
+        learned_context: int | None = None,
     ) -> PolicyCandidate:
         key = (
             id(settings),
@@ -44,22 +46,30 @@ class DeploymentDescriber:
             breaker.state,
             breaker.open_until,
             breaker.last_failure_at,
+            learned_context,
         )
         memo = self._memo.get(settings.name)
         if memo is None or memo[0] != key:
-            memo = key, _facts(settings, backend, breaker, fit)
+            memo = key, _facts(settings, backend, breaker, fit, learned_context)
             self._memo[settings.name] = memo
         return PolicyCandidate(memo[1], tracker.figures(backend.stats()))
 
 
 def _facts(
-    settings: DeploymentConfig, backend: Backend, breaker: CircuitBreaker, fit: FitClass | None
+    settings: DeploymentConfig,
+    backend: Backend,
+    breaker: CircuitBreaker,
+    fit: FitClass | None,
+    learned_context: int | None,
 ) -> CandidateFacts:
     caps = backend.capabilities
+    context, learned = caps.context_length, False
+    if learned_context is not None and (context is None or learned_context < context):
+        context, learned = learned_context, True
     price = settings.price
     pricing = Pricing(
-        input_per_1m=price.input_per_1m if price else None,
-        output_per_1m=price.output_per_1m if price else None,
+        input_per_1m=_per_1m(price, "input_per_1m"),
+        output_per_1m=_per_1m(price, "output_per_1m"),
         usd_per_hour=price.usd_per_hour if price else None,
     )
     open_ = breaker.state == "open"
@@ -70,7 +80,8 @@ def _facts(
             tools=caps.tools,
             json_schema=caps.json_schema,
             images=caps.images,
-            context_length=caps.context_length,
+            context_length=context,
+            context_learned=learned,
         ),
         pricing=pricing,
         fit=fit,
@@ -79,6 +90,15 @@ def _facts(
         last_failure_at=breaker.last_failure_at,
         weight=settings.weight,
     )
+
+
+def _per_1m(price: Price | None, field: str) -> float | None:
+    """A per-token price; unset (not 0) for a deployment priced only by the hour, so that
+    routing derives it from the measured throughput."""
+    if price is None or (price.usd_per_hour is not None and field not in price.model_fields_set):
+        return None
+    value: float = getattr(price, field)
+    return value
 
 
 def describe_request(

@@ -1,9 +1,17 @@
-"""Replicas act as one: breaker state and live latency figures go through the state store.
+"""Replicas act as one: breaker state, probes, learned context lengths and live latency
+figures go through the state store.
 
 Every ``interval_s`` each replica publishes, per deployment, whether its breaker is open
-(and until when, in wall-clock time) and its latency averages; it then reads the others'.
-A breaker another replica opened opens here too (LiteLLM-style: a local copy re-checked
-every second); peers' averages are blended into the figures the policies route on.
+(until when and since when, in wall-clock time), the context length it learned, and its
+latency averages; it then reads the others'. A breaker another replica opened opens here
+too (LiteLLM-style: a local copy re-checked every second), unless this replica has seen the
+deployment answer since; the smallest learned context length wins; peers' averages are
+blended into the figures the policies route on.
+
+Background probes are shared too: one replica probes each open deployment per probe
+interval (the first to take the interval's ``probe:{name}`` counter), and a probe that
+passes (``probe_ok:{name}``) makes every replica's breaker half-open, so all of them try
+the recovered deployment again.
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from collections.abc import Callable
 import structlog
 
 from gateway.common.periodic import Periodic
+from gateway.dispatch.reliability import CircuitBreaker
 from gateway.dispatch.router import Gateway
 from gateway.state.base import StateStore, StateUnavailable
 
 log = structlog.get_logger("shunter.sharing")
 FIGURES_TTL_S = 10.0
+PROBE_PASS_TTL_S = 60.0
 MAX_PEERS = 32
 
 
@@ -42,10 +52,13 @@ class ReplicaSync:
     async def start(self) -> None:
         with contextlib.suppress(StateUnavailable):
             self.replica = await self.store.shared_incr("replicas", 1, 7 * 24 * 3600)
+        self.gateway.prober.claim = self.claim_probe
+        self.gateway.prober.on_pass = self.probe_passed
         self._ticker.start()
 
     async def stop(self) -> None:
         await self._ticker.stop()
+        self.gateway.prober.claim = self.gateway.prober.on_pass = None
 
     async def _tick(self) -> None:
         # the store logs outages; local state keeps working meanwhile
@@ -56,24 +69,63 @@ class ReplicaSync:
         """Publish this replica's view, then take in the others'."""
         for name in list(self.gateway.backends):
             await self._sync_breaker(name)
+            await self._sync_context(name)
             await self._sync_figures(name)
+
+    async def claim_probe(self, name: str) -> bool:
+        """Whether this replica probes ``name`` this interval (the store down: it does)."""
+        interval = self.gateway.prober.interval_s or 1.0
+        try:
+            return await self.store.shared_incr(f"probe:{{{name}}}", 1, interval) == 1
+        except StateUnavailable:
+            return True
+
+    async def probe_passed(self, name: str) -> None:
+        """Tell the other replicas that ``name`` passed a probe."""
+        with contextlib.suppress(StateUnavailable):
+            await self.store.shared_set(f"probe_ok:{{{name}}}", str(self.wall()), PROBE_PASS_TTL_S)
+
+    def _wall(self, breaker: CircuitBreaker, at: float | None) -> float:
+        """A breaker clock reading as wall-clock time (``-inf`` for never)."""
+        return -float("inf") if at is None else self.wall() - (breaker.clock() - at)
 
     async def _sync_breaker(self, name: str) -> None:
         breaker = self.gateway.breakers.get(name)
         if breaker is None:
             return
         key = f"breaker:{{{name}}}"
+        raw_pass = await self.store.shared_get(f"probe_ok:{{{name}}}")
+        passed = float(raw_pass) if raw_pass is not None else -float("inf")
+        if breaker.state == "open" and passed > self._wall(breaker, breaker.opened_at):
+            breaker.probe_passed()
         if breaker.state == "open":
             remaining = breaker.retry_in()
-            await self.store.shared_set(key, str(self.wall() + remaining), remaining)
+            since = self._wall(breaker, breaker.opened_at)
+            await self.store.shared_set(
+                key, json.dumps([self.wall() + remaining, since]), remaining
+            )
             return
-        shared = await self.store.shared_get(key)
-        if shared is None:
+        shared = _pair(await self.store.shared_get(key))
+        if shared is None or breaker.state != "closed":
             return
-        remaining = float(shared) - self.wall()
-        if remaining > 0 and breaker.state == "closed":
+        until, since = shared
+        remaining = until - self.wall()
+        # an opening older than this replica's last success with it, or than a passed
+        # probe, is stale news
+        if remaining > 0 and since > max(passed, self._wall(breaker, breaker.closed_at)):
             log.info("breaker_opened_by_peer", deployment=name, seconds=round(remaining, 1))
             breaker.open_for(remaining)
+
+    async def _sync_context(self, name: str) -> None:
+        limits = self.gateway.context_limits
+        key = f"context:{{{name}}}"
+        shared = _pair(await self.store.shared_get(key))
+        if shared is not None and shared[1] > self.wall():
+            limits.learn(name, int(shared[0]), shared[1] - self.wall())
+        own = limits.get(name)
+        if own is not None and (shared is None or own < shared[0]):
+            remaining = limits.remaining_s(name)
+            await self.store.shared_set(key, json.dumps([own, self.wall() + remaining]), remaining)
 
     async def _sync_figures(self, name: str) -> None:
         tracker = self.gateway.trackers.get(name)
@@ -90,3 +142,14 @@ class ReplicaSync:
             if raw is not None:
                 peers.append(json.loads(raw))
         tracker.peers = peers
+
+
+def _pair(raw: str | None) -> tuple[float, float] | None:
+    """A shared ``[number, number]``; ``None`` when absent or not that shape."""
+    if raw is None:
+        return None
+    try:
+        first, second = json.loads(raw)
+        return float(first), float(second)
+    except (ValueError, TypeError):
+        return None

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible HTTP endpoints.
+"""The HTTP endpoints: OpenAI's (chat, completions, Responses, embeddings, models) and
+Anthropic's Messages.
 
 Every ``/v1`` route answers only to a valid key when keys are configured: generation and
 embeddings through admission (:mod:`gateway.http.serving`); the model list shows the
@@ -9,10 +10,11 @@ models the key may use; worker stats need any valid key. ``/health/liveness`` is
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from typing import Any
 
-from litestar import Request, Response, asgi, get
+from litestar import Request, Response, asgi, delete, get
 from litestar.params import FromPath
 from litestar.types import ASGIApp, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -20,6 +22,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.admission.keys import KeyInfo, may_use
 from gateway.dispatch.router import Gateway
 from gateway.errors import NotFoundError
+from gateway.http.apis import MESSAGES, RESPONSES, count_tokens, input_item_list, stored
+from gateway.http.asgi import JSONBody
 from gateway.http.serving import (
     CHAT,
     COMPLETION,
@@ -61,6 +65,54 @@ async def completions(scope: Scope, receive: Receive, send: Send) -> None:
     await handle(scope, receive, send, COMPLETION)
 
 
+@asgi("/v1/responses", copy_scope=False)
+async def responses(scope: Scope, receive: Receive, send: Send) -> None:
+    await handle(scope, receive, send, RESPONSES)
+
+
+@asgi("/v1/messages", copy_scope=False)
+async def messages(scope: Scope, receive: Receive, send: Send) -> None:
+    await handle(scope, receive, send, MESSAGES)
+
+
+@asgi("/v1/messages/count_tokens", copy_scope=False)
+async def messages_count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
+    await count_tokens(scope, receive, send)
+
+
+def _services(request: Request[Any, Any, Any]) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+@get("/v1/responses/{response_id:str}")
+async def retrieve_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> ASGIApp:
+    """A stored response, for the key that created it (404 for any other)."""
+    auth = request.headers.get("authorization")
+    record = await stored(_services(request), auth, response_id)
+    return JSONBody(json.dumps(record["response"]).encode(), {})
+
+
+@get("/v1/responses/{response_id:str}/input_items")
+async def response_input_items(
+    request: Request[Any, Any, Any], response_id: FromPath[str]
+) -> ASGIApp:
+    """The input items of a stored response, in order (one page)."""
+    auth = request.headers.get("authorization")
+    record = await stored(_services(request), auth, response_id)
+    return json_response(input_item_list(record, response_id), {})
+
+
+@delete("/v1/responses/{response_id:str}", status_code=200)
+async def delete_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> ASGIApp:
+    """Delete a stored response (the key that created it only)."""
+    services = _services(request)
+    key = await services.admission.authenticate(request.headers.get("authorization"))
+    await services.responses.delete(response_id, key.id)
+    body = {"id": response_id, "object": "response.deleted", "deleted": True}
+    return JSONBody(json.dumps(body).encode(), {})
+
+
 @asgi("/v1/embeddings", copy_scope=False)
 async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
     await handle_embeddings(scope, receive, send)
@@ -92,7 +144,10 @@ async def liveness() -> dict[str, str]:
 @get("/health/readiness")
 async def readiness(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     gateway = _gateway(request)
-    deployments = {name: asdict(b.stats()) for name, b in sorted(gateway.backends.items())}
+    deployments = {
+        name: {**asdict(b.stats()), **gateway.deployment_health(name)}
+        for name, b in sorted(gateway.backends.items())
+    }
     stalled = any(d.get("stalled") for d in deployments.values())  # a local engine is stuck
     ready = gateway.ready and not gateway.draining and not stalled
     status = (
@@ -124,6 +179,12 @@ ROUTES = [
     metrics,
     chat_completions,
     completions,
+    responses,
+    retrieve_response,
+    response_input_items,
+    delete_response,
+    messages,
+    messages_count_tokens,
     embeddings,
     list_models,
     retrieve_model,

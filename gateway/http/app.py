@@ -21,10 +21,13 @@ from gateway.dispatch.router import Gateway
 from gateway.dispatch.sharing import ReplicaSync
 from gateway.errors import GatewayError
 from gateway.http.api import ROUTES
+from gateway.http.apis import anthropic_error
+from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
 from gateway.http.middleware import RequestContextMiddleware, add_request_id
 from gateway.http.reload import ConfigWatcher
 from gateway.http.serving import Services
+from gateway.ingress.store import ResponseStore
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
 from gateway.telemetry.instruments import Telemetry
@@ -42,6 +45,8 @@ class AppSettings:
     config_path: Path | None = None
     watch_config: bool = True
     state: StateSettings = field(default_factory=StateSettings)
+    label: str = "<embedded default>"
+    """What serves, for the ready line when there is no config file (a worker's model)."""
 
 
 def create_app(
@@ -75,7 +80,7 @@ def create_app(
             "gateway_ready",
             models=sorted(settings.config.models),
             deployments=sorted(gw.backends),
-            config=str(settings.config_path or "<embedded default>"),
+            config=str(settings.config_path or settings.label),
             state="redis" if settings.state.redis_url else "memory",
             auth="open (no API keys configured)" if open_mode else "api keys",
         )
@@ -95,7 +100,7 @@ def create_app(
         lifespan=[lifespan],
         # the guard first: a request it refuses is never parsed
         middleware=[
-            DefineMiddleware(RequestGuard),
+            DefineMiddleware(RequestGuard, trusted_origins=trusted_origins(settings.config.cors)),
             DefineMiddleware(RequestContextMiddleware, telemetry=tel),
         ],
         before_send=[add_request_id],
@@ -105,6 +110,7 @@ def create_app(
             Exception: _unexpected_error,
         },
         openapi_config=None,
+        cors_config=cors_config(settings.config.cors),
         logging_config=None,
     )
 
@@ -113,6 +119,7 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
     return Services(
         admission=Admission.build(store, config, deployment_limits=_deployment_limits(config)),
         cache=ResponseCache(store, _cache_rules(config)),
+        responses=ResponseStore(store, config.responses.ttl_s, int(config.responses.max_bytes)),
         send_timeout_s=config.http.send_timeout_s,
         protect_ops=config.http.protect_ops,
     )
@@ -121,6 +128,8 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
 def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.admission.apply(config, _deployment_limits(config))
     services.cache.rules = _cache_rules(config)
+    services.responses.ttl_s = config.responses.ttl_s
+    services.responses.max_bytes = int(config.responses.max_bytes)
     services.send_timeout_s = config.http.send_timeout_s
     services.protect_ops = config.http.protect_ops
 
@@ -133,12 +142,30 @@ def _cache_rules(config: GatewayConfig) -> dict[str, CacheRule]:
     return {name: route.cache for name, route in config.models.items() if route.cache}
 
 
-def _gateway_error(_: Request[Any, Any, Any], exc: GatewayError) -> Response[dict[str, Any]]:
+def _gateway_error(request: Request[Any, Any, Any], exc: GatewayError) -> Response[dict[str, Any]]:
+    if _anthropic(request):
+        return _anthropic_error(request, exc.status_code, exc.message, exc.headers())
     return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
 
 
-def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+def _anthropic(request: Request[Any, Any, Any]) -> bool:
+    """Errors of the Messages routes take Anthropic's shape, for Anthropic's clients."""
+    path: str = request.scope["path"]
+    return path.startswith("/v1/messages")
+
+
+def _anthropic_error(
+    request: Request[Any, Any, Any], status: int, message: str, headers: dict[str, str] | None
+) -> Response[dict[str, Any]]:
+    request_id = request.scope.get("state", {}).get("request_id")
+    status, body = anthropic_error(status, message, request_id)
+    return Response(body, status_code=status, headers=headers or None)
+
+
+def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
     status = exc.status_code
+    if _anthropic(request):
+        return _anthropic_error(request, status, exc.detail, exc.headers)
     body = {
         "error": {
             "message": exc.detail,
@@ -152,7 +179,9 @@ def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[
     return Response(body, status_code=status, headers=exc.headers or None)
 
 
-def _unexpected_error(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+def _unexpected_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     log.exception("unhandled_error", error_type=type(exc).__name__)
     error = GatewayError("The server had an error while processing your request.")
+    if _anthropic(request):
+        return _anthropic_error(request, 500, error.message, None)
     return Response(error.to_body(), status_code=500)

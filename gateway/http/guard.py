@@ -11,7 +11,9 @@ reach the gateway may use it, so it also refuses (403) what only a web page woul
   to a loopback address: the name a DNS-rebinding page uses to read the gateway's answers.
   Connections to other addresses exist only when the operator opened the gateway to the
   network (``--allow-open``), where the names it answers to cannot be known;
-* an ``Origin`` that is not a loopback origin: a page on another site calling the gateway.
+* an ``Origin`` that is not a loopback origin, nor one listed by name under
+  ``cors.allow_origins``: a page on another site calling the gateway (see
+  :mod:`gateway.http.cors`).
 
 With API keys, neither check applies (a reverse proxy may use any ``Host``, and a page
 cannot use a key it does not have).
@@ -40,9 +42,10 @@ _CONFIGURE_KEYS = (
 class RequestGuard:
     """Pure ASGI middleware: refuses requests a web page could forge, before any parsing."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, trusted_origins: frozenset[bytes] = frozenset()) -> None:
         self.app = app
         self._keys: KeyRing | None = None
+        self._trusted = trusted_origins  # listed one by one under cors.allow_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == ScopeType.HTTP:
@@ -57,7 +60,9 @@ class RequestGuard:
             if scope["method"] == "POST" and scope["path"].startswith("/v1/"):
                 _check_json(content_type)
             foreign_host = host is not None and _on_loopback(scope) and not loopback_host(host)
-            foreign_origin = origin is not None and not loopback_origin(origin)
+            foreign_origin = (
+                origin is not None and not loopback_origin(origin) and origin not in self._trusted
+            )
             if (foreign_host or foreign_origin) and not await self._auth_enabled(scope):
                 _refuse(foreign_host, host if foreign_host else origin)
         await self.app(scope, receive, send)

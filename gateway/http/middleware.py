@@ -193,6 +193,8 @@ def _ids(request_id: str, span: trace.Span) -> dict[str, str]:
 _OPERATIONS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "text_completion",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
     "/v1/embeddings": "embeddings",
 }
 

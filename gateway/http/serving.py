@@ -1,9 +1,15 @@
-"""The request path of chat, text completions and embeddings.
+"""The request path of chat, text completions, Responses, Messages and embeddings.
 
 authenticate (the ``Authorization`` header, before the body is read) → parse → admit
 (model scope, budget, key limits) → exact cache → dispatch (deployment limits, retries,
 fallback, breakers) → respond → settle (actual tokens, spend). Streams commit their HTTP
 status only once the first chunk has arrived; later failures become an in-band error frame.
+
+Every generation API is an :class:`Endpoint`: how it parses a body, what admission and
+routing see, how one backend answers it whole or streamed, how an answer is written and how
+a stream ends. Chat and completions are the backends' own contract; Responses and Messages
+translate to chat (or pass through to a backend that speaks them natively) in
+:mod:`gateway.http.apis`.
 
 From admission on, a :class:`~gateway.http.asgi.ClientWatch` stands by: a client that
 disconnects, or stops reading for longer than the send timeout, cancels the work wherever
@@ -16,7 +22,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import structlog
@@ -34,9 +40,9 @@ from gateway.dispatch.router import Gateway, OpenedStream
 from gateway.dispatch.routing import describe_request
 from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
 from gateway.http.asgi import ClientWatch, EventStream, JSONBody
+from gateway.ingress.store import ResponseStore
 from gateway.protocol import (
     ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionRequest,
     Completion,
     CompletionRequest,
@@ -48,48 +54,107 @@ from gateway.protocol.frames import Framed, FrameStream, RawChatBackend
 from gateway.protocol.sse import DONE, error_frame, frame
 from gateway.protocol.validation import request_error
 
-Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
-Whole = TypeVar("Whole", ChatCompletion, Completion)
-Chunk = TypeVar("Chunk", ChatCompletionChunk, Completion)
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger("shunter.api")
 MAX_BODY_BYTES = 10_000_000  # as the framework's default for its own handlers
 
 
+class Served(Protocol):
+    """What the request path reads of any parsed generation request."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def stream(self) -> bool | None: ...
+
+    def include_usage(self) -> bool: ...
+
+
+class Answer(Protocol):
+    """What the request path reads of any whole answer: its usage, for settling."""
+
+    @property
+    def usage(self) -> Usage | None: ...
+
+
+Req = TypeVar("Req", bound=Served)
+Whole = TypeVar("Whole", bound=Answer)
+
+
 @dataclass(frozen=True)
-class Endpoint(Generic[Req, Whole, Chunk]):
-    """How one generation endpoint maps onto the backend contract."""
+class Endpoint(Generic[Req, Whole]):
+    """How one generation API maps onto the backends, from body to last byte.
+
+    ``parse`` reads the body; ``prepare`` (when set) completes the request once the caller
+    is known (a stored conversation); ``facts`` is what admission reserves; ``chat`` is
+    the chat (or completion) request that the cache keys and routing describe;
+    ``whole`` / ``stream`` run it on one backend; ``render`` writes a whole answer (and a
+    cache hit of ``cached``); ``replay`` writes a cache hit as a stream; ``end`` gives the
+    last bytes of a stream: after a complete one, or the in-band error frames after a
+    failure. ``x_api_key``: the key may come in ``x-api-key`` (Anthropic's header)."""
 
     operation: str
-    request_type: type[Req]
-    response_type: type[Whole]
+    parse: Callable[[bytes], Req]
     facts: Callable[[Req], RequestFacts]
+    chat: Callable[[Req], ChatCompletionRequest | CompletionRequest]
     whole: Callable[[Backend, Req], Awaitable[Whole]]
     stream: Callable[[Backend, Req], FrameStream]
-    replay: Callable[[Whole], list[Chunk]]
+    cached: type[ChatCompletion] | type[Completion]
+    replay: Callable[[Req, Any], AsyncIterator[bytes]]
+    end: Callable[[Req, OpenedStream, GatewayError | None], bytes]
+    render: Callable[[Req, Whole], Awaitable[bytes]]
+    prepare: Callable[[Services, KeyInfo, Req], Awaitable[None]] | None = None
+    x_api_key: bool = False
 
 
-CHAT: Endpoint[ChatCompletionRequest, ChatCompletion, ChatCompletionChunk] = Endpoint(
+async def dump(_: object, answer: BaseModel) -> bytes:
+    """A whole answer as JSON (``render`` of the APIs whose answers are the backends')."""
+    return answer.model_dump_json().encode()
+
+
+def _openai_end(body: Served, opened: OpenedStream, failure: GatewayError | None) -> bytes:
+    """Chat and completions: an error frame after a failure; the usage frame only for
+    clients that asked for it; ``[DONE]`` in every case."""
+    if failure is not None:
+        return error_frame(failure) + DONE
+    usage_frame = opened.rest.usage_frame
+    if usage_frame is not None and body.include_usage():
+        return usage_frame + DONE
+    return DONE
+
+
+def _same(body: Any) -> Any:
+    return body
+
+
+CHAT: Endpoint[ChatCompletionRequest, ChatCompletion] = Endpoint(
     "chat",
-    ChatCompletionRequest,
-    ChatCompletion,
+    lambda raw: parse_body(ChatCompletionRequest, raw),
     RequestFacts.of_chat,
+    _same,
     lambda backend, body: backend.chat(body),
     lambda backend, body: (
         backend.chat_stream_raw(body)
         if isinstance(backend, RawChatBackend)
         else Framed(backend.chat_stream(body))
     ),
-    chat_chunks,
+    ChatCompletion,
+    lambda body, hit: _replay(chat_chunks(hit), body.include_usage()),
+    _openai_end,
+    dump,
 )
-COMPLETION: Endpoint[CompletionRequest, Completion, Completion] = Endpoint(
+COMPLETION: Endpoint[CompletionRequest, Completion] = Endpoint(
     "text_completion",
-    CompletionRequest,
-    Completion,
+    lambda raw: parse_body(CompletionRequest, raw),
     RequestFacts.of_completion,
+    _same,
     lambda backend, body: backend.completion(body),
     lambda backend, body: Framed(backend.completion_stream(body)),
-    completion_chunks,
+    Completion,
+    lambda body, hit: _replay(completion_chunks(hit), body.include_usage()),
+    _openai_end,
+    dump,
 )
 
 
@@ -98,10 +163,12 @@ class Services:
     """What the request path uses besides the gateway; one per app.
 
     ``send_timeout_s``: how long one write may wait for a client that stopped reading;
-    ``protect_ops``: whether ``/metrics`` and readiness figures need the master key."""
+    ``protect_ops``: whether ``/metrics`` and readiness figures need the master key;
+    ``responses``: the stored responses of ``/v1/responses``."""
 
     admission: Admission
     cache: ResponseCache
+    responses: ResponseStore
     send_timeout_s: float = 30.0
     protect_ops: bool = False
 
@@ -136,15 +203,17 @@ def json_response(model: BaseModel, headers: dict[str, str]) -> JSONBody:
 
 
 async def handle(
-    scope: Scope, receive: Receive, send: Send, endpoint: Endpoint[Req, Whole, Chunk]
+    scope: Scope, receive: Receive, send: Send, endpoint: Endpoint[Req, Whole]
 ) -> None:
     """Serve one generation request end to end.
 
     The generation endpoints are bare ASGI handlers: the request is read and answered
     here, without the framework's per-request signature parsing and response objects
     (errors still raise into the app's exception handlers)."""
-    services, gateway, key = await _authenticated(scope)
-    body = parse_body(endpoint.request_type, await read_body(scope, receive))
+    services, gateway, key = await _authenticated(scope, endpoint.x_api_key)
+    body = endpoint.parse(await read_body(scope, receive))
+    if endpoint.prepare is not None:
+        await endpoint.prepare(services, key, body)
     facts = request_facts(scope)
     facts.update(model=body.model, stream=bool(body.stream))
     ticket = await services.admission.admit(endpoint.facts(body), key)
@@ -173,7 +242,9 @@ async def handle_embeddings(scope: Scope, receive: Receive, send: Send) -> None:
     await _respond(scope, receive, send, services, ticket, serve)
 
 
-async def _authenticated(scope: Scope) -> tuple[Services, Gateway, KeyInfo]:
+async def _authenticated(
+    scope: Scope, x_api_key: bool = False
+) -> tuple[Services, Gateway, KeyInfo]:
     """The app's services, its gateway (if it takes work) and the caller's key, from the
     headers alone: a request with a bad key is refused before its body is read."""
     if scope.get("method") != "POST":
@@ -181,9 +252,20 @@ async def _authenticated(scope: Scope) -> tuple[Services, Gateway, KeyInfo]:
     state = scope["app"].state
     gateway = taking_work(state.gateway)
     services: Services = state.services
-    key = await services.admission.authenticate(_header(scope, b"authorization"))
+    key = await services.admission.authenticate(credentials(scope, x_api_key))
     request_facts(scope)["key_id"] = key.id
     return services, gateway, key
+
+
+def credentials(scope: Scope, x_api_key: bool = False) -> str | None:
+    """The ``Authorization`` header; where Anthropic's clients call, ``x-api-key`` too
+    (as a bearer token) when there is no ``Authorization``."""
+    authorization = _header(scope, b"authorization")
+    if authorization is None and x_api_key:
+        key = _header(scope, b"x-api-key")
+        if key:
+            return f"Bearer {key}"
+    return authorization
 
 
 async def _respond(
@@ -249,28 +331,28 @@ async def _serve(
     gateway: Gateway,
     services: Services,
     ticket: AdmissionTicket,
-    endpoint: Endpoint[Req, Whole, Chunk],
+    endpoint: Endpoint[Req, Whole],
     body: Req,
     facts: dict[str, Any],
     request_id: str,
 ) -> ASGIApp:
     admission, cache = services.admission, services.cache
-    cache_key = cache.key(body, ticket.key.id)
+    chat = endpoint.chat(body)
+    cache_key = cache.key(chat, ticket.key.id)
     if cache_key is not None:
-        hit = await cache.get(cache_key, endpoint.response_type)
+        hit = await cache.get(cache_key, endpoint.cached)  # type: ignore[type-var]
         if hit is not None:
             await admission.settle(ticket, None)
             facts["cache"] = "hit"
             headers = {"x-shunter-cache": "hit", **admission.headers(ticket)}
             if body.stream:
-                frames = _replay(endpoint.replay(hit), body.include_usage())
-                return EventStream(frames, headers)
-            return json_response(hit, headers)
+                return EventStream(endpoint.replay(body, hit), headers)
+            return JSONBody(await endpoint.render(body, hit), headers)  # type: ignore[arg-type]
 
     async def admit(candidate: Candidate) -> None:
         await admission.admit_deployment(ticket, candidate.settings.name)
 
-    routing_facts = describe_request(body, request_id)
+    routing_facts = describe_request(chat, request_id)
     if body.stream:
         started = time.perf_counter()
         opened = await gateway.open_stream(
@@ -286,7 +368,10 @@ async def _serve(
             opened.attempt.finish(usage.completion_tokens if usage else None)
             facts.update(await _settled(admission, ticket, opened.candidate, usage))
 
-        frames = _sse(opened, body.include_usage(), facts, settle)
+        def end(failure: GatewayError | None) -> bytes:
+            return endpoint.end(body, opened, failure)
+
+        frames = _sse(opened, facts, settle, end)
         headers = {**_route_headers(opened.candidate, opened.reason), **admission.headers(ticket)}
         return EventStream(frames, headers)
 
@@ -296,10 +381,10 @@ async def _serve(
     chosen, result = routed.candidate, routed.value
     facts.update(deployment=chosen.settings.name, route=routed.reason)
     facts.update(await _settled(admission, ticket, chosen, result.usage))
-    if cache_key is not None:
+    if cache_key is not None and isinstance(result, endpoint.cached):
         await cache.put(cache_key, result)
     headers = {**_route_headers(chosen, routed.reason), **admission.headers(ticket)}
-    return json_response(result, headers)
+    return JSONBody(await endpoint.render(body, result), headers)
 
 
 async def _embed(
@@ -348,12 +433,12 @@ async def _settled(
 
 async def _sse(
     opened: OpenedStream,
-    include_usage: bool,
     facts: dict[str, Any],
     on_end: Callable[[Usage | None], Awaitable[None]],
+    end: Callable[[GatewayError | None], bytes],
 ) -> AsyncIterator[bytes]:
-    """Write frames as they come. The usage frame goes only to clients that asked for it;
-    a failure after the first byte becomes an in-band error frame, then ``[DONE]``."""
+    """Write frames as they come, then the endpoint's ending; a failure after the first
+    byte becomes the endpoint's in-band error frames."""
     stream, failure = opened.rest, None
     try:
         yield opened.first
@@ -371,11 +456,9 @@ async def _sse(
             await on_end(stream.usage)
     if failure is not None:
         facts.update(stream_error=failure.message)
-        yield error_frame(failure) + DONE
-    elif include_usage and stream.usage_frame is not None:
-        yield stream.usage_frame + DONE
-    else:
-        yield DONE
+    last = end(failure)
+    if last:
+        yield last
 
 
 async def _replay(chunks: list[Any], include_usage: bool) -> AsyncIterator[bytes]:
@@ -394,6 +477,7 @@ async def _aclose(iterator: AsyncIterator[Any]) -> None:
 def _route_headers(chosen: Candidate, reason: str) -> dict[str, str]:
     return {
         "x-shunter-deployment": chosen.settings.name,
+        "x-shunter-upstream-model": chosen.settings.model,
         "x-shunter-route": reason,
         "cache-control": "no-cache",
     }

@@ -1,9 +1,11 @@
-"""Send a workload to an OpenAI-compatible chat endpoint and time every request.
+"""Send a workload to an OpenAI-compatible endpoint and time every request.
 
-Streaming requests (the default) ask for ``stream_options.include_usage`` and are timed from
-their SSE chunks: time to first token (the first chunk that carries content), the gaps between
-content chunks (inter-token latency) and the end. Output token counts come from the final usage
-chunk, or from the number of content chunks when the server sends none.
+Streaming requests (the default) are timed from their SSE events: time to first token (the
+first event that carries output), the gaps between such events (inter-token latency) and the
+end. Output token counts come from the usage the stream reports (chat's usage chunk, asked for
+with ``stream_options.include_usage``; the final Responses or Messages events), or from the
+number of output events when it reports none. ``Endpoint.api`` picks the API
+(:mod:`gateway.loadgen.apis`): chat completions, Responses or Anthropic's Messages.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from gateway.loadgen import apis
+from gateway.loadgen.apis import Api
 from gateway.loadgen.workload import Bounds, Level, RequestSpec, Workload, poisson_gaps
 
 ResultCallback = Callable[["RequestResult"], None]
@@ -25,7 +29,7 @@ ResultCallback = Callable[["RequestResult"], None]
 @dataclass(frozen=True)
 class Endpoint:
     """Where and how to send: ``url`` is a base URL (``http://host:8000`` or ``.../v1``) or
-    the full chat completions URL."""
+    the full URL of the ``api``'s endpoint."""
 
     url: str
     model: str
@@ -33,31 +37,25 @@ class Endpoint:
     stream: bool = True
     timeout_s: float = 300.0
     extra_body: dict[str, Any] = field(default_factory=dict)
+    api: Api = "chat"
 
     @property
     def chat_url(self) -> str:
-        """The ``/v1/chat/completions`` URL."""
-        url = self.url.rstrip("/")
-        if url.endswith("/chat/completions"):
+        """The URL requests go to: the API's endpoint (``/v1/chat/completions`` for chat)."""
+        url, path = self.url.rstrip("/"), apis.PATHS[self.api]
+        if url.endswith(path):
             return url
         if url.endswith("/v1"):
-            return f"{url}/chat/completions"
-        return f"{url}/v1/chat/completions"
+            return f"{url}{path}"
+        return f"{url}/v1{path}"
 
     def headers(self) -> dict[str, str]:
-        """Request headers (``Authorization`` when an API key is set)."""
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        """Request headers (the key, when one is set)."""
+        return apis.headers(self.api, self.api_key)
 
     def body(self, spec: RequestSpec) -> dict[str, Any]:
         """The JSON body of one request."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": spec.messages,
-            "max_tokens": spec.max_tokens,
-            "stream": self.stream,
-        }
-        if self.stream:
-            body["stream_options"] = {"include_usage": True}
+        body = apis.body(self.api, self.model, spec.messages, spec.max_tokens, self.stream)
         body.update(self.extra_body)
         return body
 
@@ -191,7 +189,7 @@ async def _stream(
     result: RequestResult,
     sent: float,
 ) -> None:
-    body = endpoint.body(spec)
+    body, api = endpoint.body(spec), endpoint.api
     headers = endpoint.headers()
     async with client.stream("POST", endpoint.chat_url, json=body, headers=headers) as response:
         if response.status_code != 200:
@@ -211,19 +209,24 @@ async def _stream(
                 return _fail(result, "bad_response", f"not JSON: {data[:200]}")
             if not isinstance(event, dict):
                 return _fail(result, "bad_response", f"not an object: {data[:200]}")
-            if "error" in event:
-                return _fail(result, "stream_error", json.dumps(event["error"]))
+            failed = apis.failure(api, event)
+            if failed is not None:
+                return _fail(result, "stream_error", json.dumps(failed))
             now = time.perf_counter()
-            if _has_content(event):
+            if apis.has_output(api, event):
                 if result.ttft_s is None:
                     result.ttft_s = now - sent
                 else:
                     result.itl_s.append(now - last)
                 last = now
                 chunks += 1
-            _read_usage(event, result)
+            _read_usage(api, event, result)
+            if apis.ends(api, event):
+                done = True
+                break
         if not done:
-            return _fail(result, "incomplete", "the stream ended without [DONE]")
+            end = "[DONE]" if api == "chat" else "its final event"
+            return _fail(result, "incomplete", f"the stream ended without {end}")
         if not result.usage_reported:
             result.output_tokens = chunks
 
@@ -240,35 +243,18 @@ async def _plain(
         answer = response.json()
     except json.JSONDecodeError:
         return _fail(result, "bad_response", f"not JSON: {response.text[:200]}")
-    if not isinstance(answer, dict) or not answer.get("choices"):
-        return _fail(result, "bad_response", f"no choices: {response.text[:200]}")
-    _read_usage(answer, result)
+    words = apis.output_words(endpoint.api, answer) if isinstance(answer, dict) else None
+    if words is None:
+        return _fail(result, "bad_response", f"no answer: {response.text[:200]}")
+    _read_usage(endpoint.api, answer, result)
     if not result.usage_reported:  # approximate: whitespace-separated words
-        message = answer["choices"][0].get("message") or {}
-        result.output_tokens = len(str(message.get("content") or "").split())
+        result.output_tokens = words
 
 
-def _has_content(event: dict[str, Any]) -> bool:
-    """Whether a chunk carries generated output (text, reasoning or tool-call arguments)."""
-    for choice in event.get("choices") or []:
-        if not isinstance(choice, dict):
-            continue
-        if choice.get("text"):
-            return True
-        delta = choice.get("delta") or {}
-        if any(delta.get(k) for k in ("content", "reasoning_content", "reasoning", "tool_calls")):
-            return True
-    return False
-
-
-def _read_usage(event: dict[str, Any], result: RequestResult) -> None:
-    usage = event.get("usage")
-    if not isinstance(usage, dict):
-        return
-    completion = usage.get("completion_tokens")
-    if isinstance(completion, int):
-        result.output_tokens = completion
+def _read_usage(api: Api, event: dict[str, Any], result: RequestResult) -> None:
+    prompt, output = apis.usage(api, event)
+    if output is not None:
+        result.output_tokens = output
         result.usage_reported = True
-    prompt = usage.get("prompt_tokens")
-    if isinstance(prompt, int):
+    if prompt is not None and (api != "messages" or prompt or not result.prompt_tokens):
         result.prompt_tokens = prompt

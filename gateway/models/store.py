@@ -2,7 +2,9 @@
 
 A cached model is ``<cache>/<name>.gguf`` with a sidecar ``<name>.gguf.json`` (source, sha256,
 pull time, last use), in ``$SHUNTER_MODEL_DIR`` or ``~/.cache/shunter/models`` (see
-:func:`backends.llamacpp.backend.model_cache_dir`), beside the generated ``demo-*.gguf`` models.
+:func:`model_cache_dir`), beside the generated ``demo-*.gguf`` models. Models shipped inside
+an installed Python package (``package:NAME``, see :mod:`gateway.models.packaged`) are
+resolved in place, never copied.
 
 A pull downloads into ``<name>.gguf.part`` (resumed with an HTTP ``Range`` request when that file
 exists), checks the size against ``Content-Length``, the sha256 against the expected one (given,
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from gateway.models.demo import ensure_demo_model
+from gateway.models.packaged import PackagedModelError, is_packaged, packaged_path
 
 if TYPE_CHECKING:
     import httpx
@@ -136,14 +139,30 @@ class ModelCache:
 
     def resolve(self, name: str) -> Path:
         """The GGUF file for ``name``: a cached model (its use is recorded), ``demo:tiny`` or
-        ``demo:bench`` (generated into the cache on first use) or an existing file path."""
+        ``demo:bench`` (generated into the cache on first use), ``package:NAME`` (a model
+        shipped in an installed Python package) or an existing file path."""
         if name in ("demo:tiny", "demo:bench"):
-            size = name.removeprefix("demo:")
+            size = name.removeprefix(DEMO_PREFIX)
             ensure_demo_model(self.path(f"demo-{size}"), size)  # type: ignore[arg-type]
             name = f"demo-{size}"
-        if _NAME.match(name) and self.path(name).is_file():
+        path = self.locate(name)
+        if not is_packaged(name) and _NAME.match(name) and path == self.path(name):
             with contextlib.suppress(OSError):  # a read-only cache still serves its models
                 self.touch(name)
+        return path
+
+    def locate(self, name: str) -> Path:
+        """Where the GGUF file ``name`` names is, changing nothing: a ``package:NAME``, a
+        cached model or a file path (a demo model only once generated). Raises
+        :class:`UnknownModelError` saying where it looked."""
+        if is_packaged(name):
+            try:
+                return packaged_path(name)
+            except PackagedModelError as exc:
+                raise UnknownModelError(str(exc)) from None
+        if name.startswith(DEMO_PREFIX):
+            name = f"demo-{name.removeprefix(DEMO_PREFIX)}"
+        if _NAME.match(name) and self.path(name).is_file():
             return self.path(name)
         if Path(name).expanduser().is_file():
             return Path(name).expanduser()
@@ -264,7 +283,8 @@ def model_cache_dir() -> Path:
 
 def resolve_model_path(model: str) -> Path:
     """The GGUF file ``model`` names: a model-cache name (``shunter models list``),
-    ``demo:tiny`` / ``demo:bench`` (generated into the cache on first use) or a file path.
+    ``demo:tiny`` / ``demo:bench`` (generated into the cache on first use), ``package:NAME``
+    (shipped in an installed Python package) or a file path.
     Raises :class:`FileNotFoundError` saying where it looked."""
     if model.startswith(DEMO_PREFIX) and model.removeprefix(DEMO_PREFIX) not in ("tiny", "bench"):
         raise ValueError(f"unknown demo model {model!r}: use demo:tiny or demo:bench")

@@ -10,34 +10,48 @@ Sliding-window layers are counted at full context (an upper bound).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.planner.gguf_header import SkippedList, read_gguf_header
 from gateway.planner.shape import ModelShape
 
 
 def shape_from_gguf(path: str | os.PathLike[str]) -> ModelShape:
-    """Open a GGUF file (memory-mapped, tensor data not read) and describe the model."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(os.fspath(path), "r")
-    return shape_from_reader(reader, default_name=Path(path).name)
+    """Read a GGUF file's header (tensor data not read) and describe the model.
+    ``ValueError`` when the file is not a GGUF, or lacks tensor data its table lists."""
+    header = read_gguf_header(path)
+    if header.missing_bytes:
+        raise ValueError(
+            f"the file is cut short: {header.missing_bytes} bytes of tensor data are missing "
+            f"({header.file_size} bytes on disk)"
+        )
+    tensors = [(t.name, t.n_bytes) for t in header.tensors]
+    return _shape(header.fields, tensors, default_name=Path(path).name)
 
 
 def shape_from_reader(reader: Any, default_name: str = "model") -> ModelShape:
     """Describe the model held by an open ``gguf.GGUFReader``."""
-    fields = reader.fields
+    fields = {key: field.contents() for key, field in reader.fields.items()}
+    tensors = [(str(t.name), int(t.n_bytes)) for t in reader.tensors]
+    return _shape(fields, tensors, default_name)
+
+
+def _shape(
+    fields: Mapping[str, Any], tensors: Iterable[tuple[str, int]], default_name: str
+) -> ModelShape:
     arch = str(_value(fields, "general.architecture"))
     n_layers = int(_value(fields, f"{arch}.block_count"))
     embd = _optional_int(fields, f"{arch}.embedding_length")
     heads = _per_layer(_value(fields, f"{arch}.attention.head_count"), n_layers)
-    kv_raw = _optional(fields, f"{arch}.attention.head_count_kv")
+    kv_raw = fields.get(f"{arch}.attention.head_count_kv")
     kv_heads = heads if kv_raw is None else _per_layer(kv_raw, n_layers)
     default_head_dim = (embd // max(heads)) if embd and max(heads) else 0
     key_length = _optional_int(fields, f"{arch}.attention.key_length") or default_head_dim
     value_length = _optional_int(fields, f"{arch}.attention.value_length") or default_head_dim
-    layer_bytes, other_bytes = _weights(reader.tensors, n_layers)
-    name = _optional(fields, "general.name")
+    layer_bytes, other_bytes = _weights(tensors, n_layers)
+    name = fields.get("general.name")
     return ModelShape(
         name=str(name) if name else default_name,
         n_layers=n_layers,
@@ -53,20 +67,15 @@ def shape_from_reader(reader: Any, default_name: str = "model") -> ModelShape:
     )
 
 
-def _value(fields: Any, key: str) -> Any:
-    value = _optional(fields, key)
+def _value(fields: Mapping[str, Any], key: str) -> Any:
+    value = fields.get(key)
     if value is None:
         raise ValueError(f"GGUF metadata lacks {key!r}")
     return value
 
 
-def _optional(fields: Any, key: str) -> Any:
-    field = fields.get(key)
-    return None if field is None else field.contents()
-
-
-def _optional_int(fields: Any, key: str) -> int | None:
-    value = _optional(fields, key)
+def _optional_int(fields: Mapping[str, Any], key: str) -> int | None:
+    value = fields.get(key)
     return None if value is None else int(value)
 
 
@@ -78,21 +87,23 @@ def _per_layer(value: Any, n_layers: int) -> tuple[int, ...]:
     return (int(value),) * n_layers
 
 
-def _weights(tensors: Any, n_layers: int) -> tuple[tuple[int, ...], int]:
+def _weights(tensors: Iterable[tuple[str, int]], n_layers: int) -> tuple[tuple[int, ...], int]:
     per_layer = [0] * n_layers
     other = 0
-    for tensor in tensors:
-        parts = str(tensor.name).split(".")
+    for name, n_bytes in tensors:
+        parts = name.split(".")
         if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
-            per_layer[int(parts[1])] += int(tensor.n_bytes)
+            per_layer[int(parts[1])] += n_bytes
         else:
-            other += int(tensor.n_bytes)
+            other += n_bytes
     return tuple(per_layer), other
 
 
-def _vocab_size(fields: Any, arch: str) -> int | None:
+def _vocab_size(fields: Mapping[str, Any], arch: str) -> int | None:
     size = _optional_int(fields, f"{arch}.vocab_size")
     if size is not None:
         return size
     tokens = fields.get("tokenizer.ggml.tokens")
-    return None if tokens is None else len(tokens.data)
+    if isinstance(tokens, SkippedList):
+        return tokens.count
+    return None if tokens is None else len(tokens)

@@ -22,9 +22,14 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.2f}"
 
 
-def plan_table(plans: Sequence[MemoryPlan], title: str = "Memory plan") -> Table:
-    """One row per plan: sizes in GiB, the fit class (coloured) and its detail."""
+def plan_table(
+    plans: Sequence[MemoryPlan], title: str = "Memory plan", names: Sequence[str] = ()
+) -> Table:
+    """One row per plan: sizes in GiB, the fit class (coloured) and its detail; with
+    ``names``, each row starts with the name of the deployment it plans."""
     table = Table(title=title)
+    if names:
+        table.add_column("deployment", justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("model", "left"),
         ("device", "left"),
@@ -41,9 +46,10 @@ def plan_table(plans: Sequence[MemoryPlan], title: str = "Memory plan") -> Table
     )
     for header, justify in columns:
         table.add_column(header, justify=justify)
-    for plan in plans:
+    for index, plan in enumerate(plans):
         style = FIT_STYLES.get(plan.fit, "")
         table.add_row(
+            *([names[index]] if names else []),
             plan.model,
             plan.device,
             f"{plan.context} x {plan.slots}",

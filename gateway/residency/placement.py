@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from backends.base import DeploymentSettings
 from backends.registry import DeploymentConfig
 from gateway.config import DeviceSpec
 from gateway.planner import Device, MemoryPlan, discover_devices
@@ -18,9 +19,13 @@ from gateway.planner import Device, MemoryPlan, discover_devices
 
 @dataclass(frozen=True)
 class Placement:
+    """One deployment's memory plan, or why it has none. ``problem``: it should have one
+    (its model is held in this machine's memory) but the model or device cannot be read."""
+
     deployment: str
     plan: MemoryPlan | None
     note: str = ""
+    problem: bool = False
 
 
 def plan_deployments(
@@ -37,5 +42,7 @@ def plan_deployments(
 def _place(settings: DeploymentConfig, devices: dict[str, Device]) -> Placement:
     plan = settings.memory_plan(devices)
     if isinstance(plan, str):
-        return Placement(settings.name, None, f"{settings.backend}: {plan}")
+        # a backend that plans memory at all overrides memory_plan; then no plan is a fault
+        plans_memory = type(settings).memory_plan is not DeploymentSettings.memory_plan
+        return Placement(settings.name, None, f"{settings.backend}: {plan}", plans_memory)
     return Placement(settings.name, plan)

@@ -31,7 +31,7 @@ from typing import Literal, TypeVar
 import structlog
 
 from backends.base import Backend, Capabilities, EmbeddingsBackend, LiveStats
-from backends.llamacpp.backend import LlamaCppSettings, find_model
+from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings, find_model
 from backends.registry import DeploymentConfig, create_backend
 from gateway.common.periodic import Periodic
 from gateway.config import DeviceSpec, LocalModelsSettings
@@ -231,6 +231,12 @@ class ResidentBackend:
 
     def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
         return self._relay(lambda backend: backend.completion_stream(request))
+
+    async def count_tokens(self, request: ChatCompletionRequest) -> int:
+        """The engine's exact prompt token count (the model is loaded for it)."""
+        async with self._use() as backend:
+            assert isinstance(backend, LlamaCppBackend)
+            return await backend.count_tokens(request)
 
     async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse:
         async with self._use() as backend:

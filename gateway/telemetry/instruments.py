@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from backends.base import Backend
@@ -110,7 +110,9 @@ class Telemetry:
         backends: Callable[[], Mapping[str, Backend]],
         breakers: Callable[[], Mapping[str, Any]],
     ) -> None:
-        """Expose live backend figures (queue, slots, KV) and breaker state at scrape time."""
+        """Expose live backend figures (queue, slots, KV) and each deployment's breaker at
+        scrape time: its state, the fallbacks away from it by cause and its probes by result
+        (``breakers``: the dispatcher's circuit breakers, which keep those tallies)."""
         self.registry.register(_LiveCollector(backends, breakers))
 
     def record(self, facts: Mapping[str, Any], status: int, duration_s: float) -> None:
@@ -154,7 +156,7 @@ class _LiveCollector(Collector):
         self._backends = backends
         self._breakers = breakers
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[Metric]:
         queue = GaugeMetricFamily("shunter_queue_depth", "Requests waiting", labels=["deployment"])
         in_flight = GaugeMetricFamily(
             "shunter_in_flight", "Requests running or waiting", labels=["deployment"]
@@ -176,6 +178,7 @@ class _LiveCollector(Collector):
             labels=["deployment"],
         )
         breakers = self._breakers()
+        yield from _breaker_families(breakers)
         for name, backend in self._backends().items():
             stats = backend.stats()
             queue.add_metric([name], stats.queue_depth)
@@ -190,6 +193,36 @@ class _LiveCollector(Collector):
             if breaker is not None:
                 open_.add_metric([name], 1.0 if breaker.state == "open" else 0.0)
         yield from (queue, in_flight, slots, kv, open_, loaded)
+
+
+def _breaker_families(breakers: Mapping[str, Any]) -> Iterable[Metric]:
+    """Breaker state (one series per state, 1 for the current one), fallbacks away from each
+    deployment by cause, and background probes by result. Label values come from the
+    config (deployment names) and fixed sets (states, causes, results) only."""
+    state = GaugeMetricFamily(
+        "shunter_breaker_state",
+        "1 for the breaker's current state (closed, open, half_open)",
+        labels=["deployment", "state"],
+    )
+    fallbacks = CounterMetricFamily(
+        "shunter_fallbacks",
+        "Requests that left a deployment for the next candidate, by cause",
+        labels=["deployment", "cause"],
+    )
+    probes = CounterMetricFamily(
+        "shunter_breaker_probes",
+        "Background health probes of open deployments, by result",
+        labels=["deployment", "result"],
+    )
+    for name, breaker in breakers.items():
+        current = breaker.state
+        for each in ("closed", "open", "half_open"):
+            state.add_metric([name, each], 1.0 if each == current else 0.0)
+        for cause, count in sorted(breaker.fallbacks.items()):
+            fallbacks.add_metric([name, cause], count)
+        for result, count in sorted(breaker.probes.items()):
+            probes.add_metric([name, result], count)
+    return state, fallbacks, probes
 
 
 def tracing(tracer: Tracer) -> bool:

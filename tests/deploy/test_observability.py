@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from backends.base import LiveStats
+from gateway.dispatch.reliability import CircuitBreaker
 from tests.deploy.common import DEPLOY, KUBERNETES, load_yaml
 
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "shunter.json"
@@ -31,8 +32,14 @@ class _Backend:
         )
 
 
-class _Breaker:
-    state = "open"
+def _open_breaker() -> CircuitBreaker:
+    """A real breaker, opened by three failures, with tallies to export."""
+    breaker = CircuitBreaker()
+    for _ in range(3):
+        breaker.record_failure()
+    breaker.fallbacks["rate_limited"] += 2
+    breaker.probes["healthy"] += 1
+    return breaker
 
 
 class _Live(dict[str, Any]):
@@ -50,7 +57,7 @@ def exported() -> dict[str, set[str]]:
     from prometheus_client.parser import text_string_to_metric_families
 
     telemetry = telemetry_module.Telemetry(span_exporter=InMemorySpanExporter())
-    telemetry.watch(_Live(d=_Backend()), _Live(d=_Breaker()))
+    telemetry.watch(_Live(d=_Backend()), _Live(d=_open_breaker()))
     facts = {
         "model": "m",
         "deployment": "d",

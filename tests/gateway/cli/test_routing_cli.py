@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from openai import OpenAI
 
 from backends.llamacpp.backend import LlamaCppSettings
 from gateway.cli import main
 from gateway.config import DeviceSpec, load_config
 from gateway.planner import Device
 from gateway.residency.placement import plan_deployments
+from tests.conftest import start_server, stop_server
 
 
 def config_file(tmp_path: Path, tiny_model: Path) -> Path:
@@ -67,12 +70,75 @@ def test_route_with_too_long_request_has_no_candidate(
     assert "no candidate" in capsys.readouterr().out
 
 
-def test_plan_prints_a_table(
+def test_plan_prints_a_row_per_deployment(
     tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["plan", "--config", str(config_file(tmp_path, tiny_model))]) == 0
     out = capsys.readouterr().out
     assert "Memory plan" in out and "small-gpu" in out
+    cells = [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")]
+    assert [cell for cell in cells if cell] == ["local", "cramped"]  # rows may wrap
+
+
+def test_plan_fails_when_a_model_cannot_be_read(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(
+        "deployments:\n"
+        f"  - {{name: fine, backend: llamacpp, model: '{tiny_model}'}}\n"
+        "  - {name: gone, backend: llamacpp, model: ./missing.gguf}\n"
+        "  - {name: api, backend: openai, model: gpt-4o-mini}\n"
+        "models:\n  m: {candidates: [fine, gone, api]}\n"
+    )
+    assert main(["plan", "--config", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert "fine" in out and "api: openai: no local memory to plan" in out
+    assert err.startswith("error: deployment 'gone': llamacpp: cannot read model: ")
+    assert err.count("\n") == 1
+
+
+def test_the_default_plan_is_smollm2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("│")]
+    cells = [cell.strip() for cell in row.split("│")[1:-1]]
+    assert cells[:4] == ["smollm2", "Smollm2 135M 8k Lc100K Mix1 Ep2", "cpu", "2048 x 2"]
+    assert cells[5] == "0.09" and cells[-2] == "fits"  # 98 MB of weights
+
+
+def test_route_prices_an_hourly_deployment_from_measured_throughput(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "hourly.yaml"
+    path.write_text(
+        "deployments:\n"
+        f"  - {{name: rented, backend: llamacpp, model: '{tiny_model}', threads: 1,\n"
+        "     price: {usd_per_hour: 0.40}}\n"
+        "models:\n  m: {candidates: [rented], policy: [cheapest]}\n"
+    )
+    route = ["route", "--config", str(path), "--model", "m", "--max-tokens", "100"]
+    assert main(route) == 0
+    out = capsys.readouterr().out
+    assert "cost unknown" in out and "$0.000000" not in out
+    assert "price rented: $0.4/hour; its throughput is measured only by a running gateway" in out
+    server = start_server(path, tmp_path / "hourly.log")
+    try:
+        with OpenAI(base_url=server.api, api_key="unused", max_retries=0) as client:
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=16
+            )
+        assert main([*route, "--live", server.base_url]) == 0
+    finally:
+        stop_server(server)
+    out = capsys.readouterr().out
+    price = re.search(
+        r"price rented: \$0.4/hour at ([\d,]+) tokens/s decoded \(measured\) = \$([\d.]+)", out
+    )
+    assert price is not None, out
+    rate, cost = float(price.group(1).replace(",", "")), float(price.group(2))
+    assert rate > 0 and cost > 0
+    assert f"cheapest       score    ${cost:.6f}" in out
 
 
 def test_an_embedding_deployment_is_planned_for_one_sequence(tiny_model: Path) -> None:

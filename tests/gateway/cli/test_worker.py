@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +57,13 @@ def test_worker_serves_chat_and_live_figures(tiny_model: Path, tmp_path: Path) -
         assert figures["slots_total"] == 2 and figures["slots_busy"] == 0
         assert figures["kv_total"] == 2 * 512
         assert figures["decode_tokens_per_s"] > 0
+        lines = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines()]
+        started = next(line for line in lines if line["event"] == "worker_starting")
+        assert (started["model"], started["file"]) == ("w", str(tiny_model.resolve()))
+        assert (started["parallel"], started["ctx_per_sequence"], started["threads"]) == (2, 512, 1)
+        assert started["url"] == f"{base}/v1" and started["auth"] == "none (loopback only)"
+        ready = next(line for line in lines if line["event"] == "gateway_ready")
+        assert ready["config"] == f"shunter worker --model {tiny_model}"
     finally:
         process.terminate()
         process.wait(timeout=20)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
-from gateway.config import ConfigError, default_config, load_config
+from gateway.config import ConfigError, GatewayConfig, default_config, load_config
 
 VALID = """\
 deployments:
@@ -43,9 +43,11 @@ def test_valid_config_loads(tmp_path: Path) -> None:
     assert config.deployment("local").n_ctx == 1024
 
 
-def test_embedded_default_is_valid() -> None:
+def test_embedded_default_serves_smollm2_under_two_names() -> None:
     config = default_config()
-    assert list(config.models) == ["demo"]
+    assert list(config.models) == ["smollm2", "demo"]
+    assert config.models["smollm2"].candidates == config.models["demo"].candidates == ["smollm2"]
+    assert config.deployment("smollm2").model == "package:smollm2"
 
 
 def test_wrong_type_names_line_and_field(tmp_path: Path) -> None:
@@ -70,13 +72,15 @@ def test_bad_policy_step_names_the_step(tmp_path: Path) -> None:
         "candidates: [local]", "candidates: [local]\n    policy: [healthy, fastets]"
     )
     message = only_issue(write(tmp_path, text))
-    assert message.startswith(f"{tmp_path / 'shunter.yaml'}:9: models.chat.policy: ")
+    assert message.startswith(f"{tmp_path / 'shunter.yaml'}:9: models.chat.policy.1: ")
     assert "fastets" in message
 
 
 def test_unknown_candidate(tmp_path: Path) -> None:
     path = write(tmp_path, VALID.replace("candidates: [local]", "candidates: [local, gone]"))
-    assert "unknown deployments: gone" in only_issue(path)
+    assert only_issue(path) == (
+        f"{path}:8: models.chat.candidates.1: no deployment is named 'gone' (deployments: local)"
+    )
 
 
 def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
@@ -109,3 +113,73 @@ def test_serve_with_bad_config_exits_non_zero(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert f"{bad}:5: deployments.0.n_ctx" in result.stderr
+
+
+BROKEN = """\
+deployments:
+  - name: local
+    backend: llamacpp
+    model: demo:tiny
+    n_ctx: lots
+  - name: local
+    backend: llamacpp
+    model: demo:tiny
+  - {name: remote, backend: openai, base_url: http://127.0.0.1:9/v1}
+models:
+  chat:
+    candidates: [local, lcoal]
+    policy: [healthy, fastets, {slo: {ttft_ms: soon}}, cheapest]
+  other:
+    candidates:
+      - remote
+      - gone
+cors: {allow_origins: ["https://app.example.com/"]}
+"""
+
+
+def test_every_problem_comes_out_at_its_line_in_one_pass(tmp_path: Path) -> None:
+    path = write(tmp_path, BROKEN)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    lines = [str(issue).removeprefix(f"{path}:") for issue in info.value.issues]
+    assert lines == [
+        "5: deployments.0.n_ctx: Input should be a valid integer, unable to parse string as an "
+        "integer",
+        "6: deployments.1.name: 'local' is already the name of deployments.0",
+        "9: deployments.2.model: Field required",
+        "12: models.chat.candidates.1: no deployment is named 'lcoal' (deployments: local, "
+        "remote); did you mean 'local'?",
+        "13: models.chat.policy.1: step 1 (fastets): unknown primitive 'fastets' (known: "
+        "affinity, capable, cheapest, fastest, first, fits_memory, healthy, least_loaded, slo, "
+        "weighted, within_budget, hedge)",
+        "13: models.chat.policy.2: step 2 (slo): ttft_ms: Input should be a valid number, "
+        "unable to parse string as a number",
+        "17: models.other.candidates.1: no deployment is named 'gone' (deployments: local, remote)",
+        "18: cors.allow_origins: 'https://app.example.com/' is not an origin: write "
+        "scheme://host[:port] with no path, e.g. https://app.example.com, or * for any page",
+    ]
+
+
+def test_a_policy_of_only_a_hedge_has_no_steps(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "candidates: [local]", "candidates: [local]\n    policy: [{hedge: {after_ms: 300}}]"
+    )
+    path = write(tmp_path, text)
+    assert only_issue(path) == f"{path}:9: models.chat.policy: policy has no steps"
+
+
+def test_references_are_still_checked_outside_the_loader() -> None:
+    data = {
+        "deployments": [{"name": "a", "backend": "llamacpp", "model": "demo:tiny"}],
+        "models": {"m": {"candidates": ["b"]}},
+    }
+    with pytest.raises(ValueError, match="unknown deployments: b"):
+        GatewayConfig.model_validate(data)
+
+
+def test_cors_is_off_by_default_and_lists_origins(tmp_path: Path) -> None:
+    assert not load_config(write(tmp_path, VALID)).cors.enabled
+    origins = "cors: {allow_origins: [https://app.example.com, '*', http://localhost:3000]}\n"
+    cors = load_config(write(tmp_path, VALID + origins)).cors
+    assert cors.enabled
+    assert cors.listed_origins == {"https://app.example.com", "http://localhost:3000"}

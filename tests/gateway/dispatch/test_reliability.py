@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import ReliabilitySettings, parse_config
-from gateway.dispatch.reliability import CircuitBreaker, backoff_delay
+from gateway.dispatch.reliability import (
+    ATTEMPT_WINDOW_S,
+    CircuitBreaker,
+    backoff_delay,
+    spacing_delay,
+)
 from gateway.dispatch.router import Gateway
 from gateway.errors import (
     GatewayError,
@@ -30,7 +35,7 @@ class Clock:
 
 def test_breaker_opens_after_threshold_and_probes_once() -> None:
     clock = Clock()
-    breaker = CircuitBreaker(failure_threshold=2, cooldown_s=10, clock=clock)
+    breaker = CircuitBreaker(failure_threshold=2, cooldown_s=10, max_cooldown_s=40, clock=clock)
     breaker.record_failure()
     assert breaker.state == "closed" and breaker.allow()
     breaker.record_failure()
@@ -132,3 +137,42 @@ async def test_stream_falls_back_before_first_chunk() -> None:
     opened = await gateway(a, b).open_stream("m", lambda x: Framed(x.chat_stream(REQUEST)))
     assert opened.backend is b
     assert opened.first.startswith(b"data: ") and b'"content":"ok"' in opened.first
+
+
+def test_cooldown_doubles_up_to_its_cap_and_a_passed_probe_ends_it() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=1, cooldown_s=5, max_cooldown_s=10, clock=clock)
+    cooldowns = []
+    for _ in range(4):
+        breaker.record_failure()
+        cooldowns.append(breaker.retry_in())
+        clock.now += breaker.retry_in()
+        assert breaker.allow()  # the trial
+    assert cooldowns == [5, 10, 10, 10]
+    breaker.record_failure()
+    assert breaker.state == "open"
+    breaker.probe_passed()
+    assert breaker.state == "half_open" and breaker.allow() and not breaker.allow()
+    breaker.record_success()
+    assert breaker.state == "closed" and breaker.closed_at == clock.now
+
+
+def test_a_probe_does_not_touch_a_closed_breaker() -> None:
+    breaker = CircuitBreaker(failure_threshold=3)
+    breaker.record_failure()
+    breaker.probe_passed()
+    assert breaker.state == "closed" and breaker.failures == 1
+
+
+def test_at_most_two_attempts_within_the_window() -> None:
+    assert spacing_delay([], 10.0) == 0.0
+    assert spacing_delay([10.0], 10.1) == 0.0
+    assert spacing_delay([10.0, 10.2], 10.3) == pytest.approx(ATTEMPT_WINDOW_S - 0.3)
+    assert spacing_delay([10.0, 10.2], 11.5) == 0.0
+
+
+def test_default_backoff_waits_like_a_good_client() -> None:
+    settings = ReliabilitySettings()
+    first = [backoff_delay(0, None, settings) for _ in range(200)]
+    assert all(0 <= d <= 0.5 for d in first) and max(first) > 0.25  # full jitter up to 0.5 s
+    assert all(backoff_delay(9, None, settings) <= settings.backoff_max_s for _ in range(50))

@@ -96,8 +96,9 @@ def test_retry_after_is_honoured_before_retrying(
     a, _ = upstreams
     a.queue.append("429:1")  # one 429 asking for 1 s, then a normal answer
     started = time.monotonic()
-    raw = client.chat.completions.with_raw_response.create(model="m", messages=HELLO)
-    assert raw.headers["x-shunter-deployment"] == "a"  # retried on a, not moved on
+    # a's only candidate: retried there (with b free, a rate-limited a is left for b)
+    raw = client.chat.completions.with_raw_response.create(model="only-a", messages=HELLO)
+    assert raw.headers["x-shunter-deployment"] == "a"  # retried on a
     assert time.monotonic() - started >= 1.0
 
 

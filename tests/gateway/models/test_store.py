@@ -262,7 +262,7 @@ def test_cli_pull_list_rm(
     assert "sha256 mismatch" in capsys.readouterr().err
 
     assert main(["models", "list", "--json", "--model-dir", cache_dir]) == 0
-    [entry] = json.loads(capsys.readouterr().out)
+    [entry] = [e for e in json.loads(capsys.readouterr().out) if not e["packaged"]]
     assert entry["name"] == "tiny-demo" and entry["size"] == len(files.body)
     assert entry["sha256"] == files.sha256 and entry["last_used"] is None
     assert main(["models", "list", "--model-dir", cache_dir]) == 0
@@ -274,7 +274,7 @@ def test_cli_pull_list_rm(
     assert "deleted tiny-demo" in out and "'nope' is not in the cache" in err
     assert list(Path(cache_dir).iterdir()) == []
     assert main(["models", "list", "--model-dir", cache_dir]) == 0
-    assert "no models" in capsys.readouterr().out
+    assert "tiny-demo" not in capsys.readouterr().out
 
 
 def test_resolve_and_last_used(tmp_path: Path, model_bytes: bytes) -> None:

@@ -1,0 +1,284 @@
+"""Failover: one request's attempts along its candidates, before anything reached the client.
+
+For each candidate in the policy's order:
+
+* its breaker must allow it (else: ``breaker_open``), and its own rpm/tpm must admit the
+  request (else: ``limited``);
+* a failure that says something about the deployment is retried there (back-off from
+  :mod:`gateway.dispatch.reliability`) unless it used up its time (a timeout or a stall),
+  it says a retry cannot help (``x-should-retry: false``: rejected credentials, a spent
+  quota), or it is busy (429, 503/529) while another candidate whose breaker is not open
+  can take the request at once: a rate-limited deployment is left for the next one rather
+  than pressed again;
+* a context-length rejection is never resent there: the deployment's limit is learned
+  (:mod:`gateway.dispatch.learned`) and the request moves on to the next candidate whose
+  context is larger or unknown (``context_fallback``); with none left the client gets one
+  clean 400 ``context_length_exceeded`` naming the largest limit;
+* any other error the request caused (4xx) ends it at once.
+
+:class:`Trail` records each candidate the request left and why; it becomes the
+``x-shunter-route`` header (``b after a: rate_limited; policy: ...``) and the per-deployment
+fallback tallies behind ``shunter_fallbacks_total``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+from gateway.admission.limits import DeploymentLimitedError
+from gateway.config import ReliabilitySettings
+from gateway.dispatch.attempts import Candidate, all_cooling_down, attempt_once
+from gateway.dispatch.learned import ContextLimits, context_limit_in
+from gateway.dispatch.live import Attempt
+from gateway.dispatch.reliability import backoff_delay, spacing_delay
+from gateway.errors import (
+    ContextLengthExceededError,
+    GatewayError,
+    RateLimitError,
+    ServiceUnavailableError,
+    StalledError,
+    StreamCutError,
+    UpstreamTimeoutError,
+)
+from policies import Hedge, RequestFacts
+
+T = TypeVar("T")
+Admit = Callable[[Candidate], Awaitable[None]]
+Span = Callable[[Candidate, int], AbstractContextManager[object]]
+Cause = Literal[
+    "context_length",
+    "rate_limited",
+    "overloaded",
+    "unavailable",
+    "stalled",
+    "timeout",
+    "cut",
+    "error",
+    "breaker_open",
+    "limited",
+]
+CAUSES: tuple[Cause, ...] = (
+    "context_length",
+    "rate_limited",
+    "overloaded",
+    "unavailable",
+    "stalled",
+    "timeout",
+    "cut",
+    "error",
+    "breaker_open",
+    "limited",
+)
+_BUSY: frozenset[Cause] = frozenset(("rate_limited", "overloaded"))
+
+
+def cause_of(exc: GatewayError) -> Cause:
+    """Why a deployment failed a request, as one of :data:`CAUSES`."""
+    if isinstance(exc, ContextLengthExceededError):
+        return "context_length"
+    if isinstance(exc, DeploymentLimitedError):
+        return "limited"
+    if isinstance(exc, RateLimitError):
+        return "rate_limited"
+    if isinstance(exc, StalledError):
+        return "stalled"
+    if isinstance(exc, UpstreamTimeoutError):
+        return "timeout"
+    if isinstance(exc, StreamCutError):
+        return "cut"
+    if exc.upstream_status in (503, 529):
+        return "overloaded"
+    if isinstance(exc, ServiceUnavailableError):
+        return "unavailable"
+    return "error"
+
+
+@dataclass
+class Trail:
+    """The candidates one request left before it was answered, and why."""
+
+    left: list[tuple[str, Cause]] = field(default_factory=list)
+
+    def leave(self, candidate: Candidate, cause: Cause, *, fallback: bool) -> None:
+        """Note that the request left ``candidate``; ``fallback``: for another candidate."""
+        self.left.append((candidate.settings.name, cause))
+        if fallback:
+            candidate.breaker.fallbacks[cause] += 1
+
+    def route(self, answered: str, reason: str, max_chars: int = 200) -> str:
+        """The ``x-shunter-route`` value: the policy's reason, after the fallbacks if any."""
+        if not self.left:
+            return reason
+        failed = ", ".join(f"{name}: {cause}" for name, cause in self.left)
+        text = f"{answered} after {failed}; policy: {reason}"
+        text = text.encode("ascii", "replace").decode("ascii")
+        return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Routing:
+    """A policy's decision for one request: candidates in order, why, and what happened."""
+
+    candidates: list[Candidate]
+    reason: str
+    request: RequestFacts
+    hedge: Hedge | None = None
+    trail: Trail = field(default_factory=Trail)
+    context_fallback: bool = True
+
+
+@dataclass(frozen=True)
+class Failover:
+    """What the attempts of every request share: the settings and the learned limits."""
+
+    settings: ReliabilitySettings
+    limits: ContextLimits
+
+    async def first_success(
+        self,
+        routing: Routing,
+        attempt: Callable[[Candidate], Awaitable[T]],
+        span: Span,
+        admit: Admit | None = None,
+    ) -> tuple[Candidate, tuple[T, Attempt]]:
+        """The first candidate that answers, with its answer; else the error to send.
+        ``span`` wraps each attempt (a trace span, or nothing)."""
+        return await _Run(self, routing, attempt, span, admit).run()
+
+
+class _Run(Generic[T]):
+    """One request's walk along its candidates."""
+
+    def __init__(
+        self,
+        failover: Failover,
+        routing: Routing,
+        attempt: Callable[[Candidate], Awaitable[T]],
+        span: Span,
+        admit: Admit | None,
+    ) -> None:
+        self.failover, self.routing, self.attempt = failover, routing, attempt
+        self.span, self.admit = span, admit
+        self.last: GatewayError | None = None
+        self.cause: Cause = "error"
+        self.tried = False
+        self.exceeded: int | None = None  # a context length this request is known not to fit
+        self.named_limits: list[int] = []  # limits the rejections named, for the final 400
+
+    async def run(self) -> tuple[Candidate, tuple[T, Attempt]]:
+        candidates = self.routing.candidates
+        for index, candidate in enumerate(candidates):
+            rest = candidates[index + 1 :]
+            if self._fits(candidate):
+                answer = await self._on(candidate, rest)
+                if answer is not None:
+                    return candidate, answer
+            else:
+                self.cause = "context_length"
+            self.routing.trail.leave(candidate, self.cause, fallback=bool(rest))
+        raise self._final_error()
+
+    async def _on(
+        self, candidate: Candidate, rest: Sequence[Candidate]
+    ) -> tuple[T, Attempt] | None:
+        """Try one candidate, with retries; its answer, or ``None`` to move on."""
+        settings, breaker = self.failover.settings, candidate.breaker
+        started: list[float] = []
+        for retry in range(settings.retries + 1):
+            if not breaker.allow():
+                self.cause = "breaker_open" if retry == 0 else self.cause
+                return None
+            if retry == 0 and self.admit is not None:
+                try:
+                    await self.admit(candidate)
+                except DeploymentLimitedError as exc:
+                    breaker.record_abandoned()  # never contacted: its own limit is full
+                    self.last, self.cause = exc, "limited"
+                    return None
+            self.tried = True
+            started.append(time.monotonic())
+            try:
+                with self.span(candidate, retry):
+                    return await attempt_once(candidate, self.attempt, self.routing.request)
+            except GatewayError as exc:
+                self.last, self.cause = exc, cause_of(exc)
+                if self.cause == "context_length":
+                    self._too_long(candidate, exc)  # raises unless it may move on
+                    return None
+                if not exc.counts_as_failure:
+                    raise
+                if not self._retry_here(exc, rest) or retry == settings.retries:
+                    return None
+                delay = backoff_delay(retry, exc.retry_after, settings)
+                if delay > settings.max_retry_after_s:
+                    return None
+                await asyncio.sleep(max(delay, spacing_delay(started, time.monotonic())))
+        return None
+
+    def _retry_here(self, exc: GatewayError, rest: Sequence[Candidate]) -> bool:
+        """Whether a failed deployment gets another try, or the request moves on now."""
+        if isinstance(exc, UpstreamTimeoutError):
+            return False  # it used up its time once; the next candidate gets the rest
+        if exc.should_retry is False:
+            return False  # our credentials, a spent quota: another try cannot help
+        if self.cause in _BUSY:  # leave a busy deployment to a candidate free now
+            return not any(c.breaker.state != "open" and self._fits(c) for c in rest)
+        return True
+
+    def _too_long(self, candidate: Candidate, exc: GatewayError) -> None:
+        """A context-length rejection: learn the limit; move on, or end the request.
+
+        What is learned feeds ``capable``, which compares the request's *estimated* size:
+        the limit the rejection names, or less when the estimate of this request was under
+        it (a tokenizer denser than 4 characters a token), so that requests estimated this
+        large are skipped next time. Later candidates are skipped within this request only
+        on the limit it named (real tokens), or on the estimate when it named none."""
+        named = context_limit_in(exc)
+        request = self.routing.request
+        need = request.prompt_tokens + (request.max_tokens or 0)
+        under = need - 1 if need > 1 else None
+        bounds = [b for b in (named, under) if b is not None]
+        if bounds:
+            self.failover.limits.learn(candidate.settings.name, min(bounds))
+        exceeded = named if named is not None else under
+        if exceeded is not None:
+            self.exceeded = max(exceeded, self.exceeded or 0)
+        if named is not None:
+            self.named_limits.append(named)
+        if not self.routing.context_fallback:
+            raise exc
+
+    def _fits(self, candidate: Candidate) -> bool:
+        """Whether ``candidate``'s context may hold a request known not to fit
+        :attr:`exceeded` tokens: larger, or unknown."""
+        if self.exceeded is None:
+            return True
+        name = candidate.settings.name
+        known = [
+            limit
+            for limit in (
+                candidate.backend.capabilities.context_length,
+                self.failover.limits.get(name),
+            )
+            if limit is not None
+        ]
+        return not known or min(known) > self.exceeded
+
+    def _final_error(self) -> GatewayError:
+        if not self.tried and self.last is None:
+            return all_cooling_down(self.routing.candidates)
+        assert self.last is not None
+        if self.cause == "context_length" and self.named_limits:
+            param = self.last.param or "messages"
+            return ContextLengthExceededError(
+                f"This model's maximum context length is {max(self.named_limits)} tokens; "
+                "this request does not fit any of its deployments. Shorten the messages or "
+                "lower max_tokens.",
+                param=param,
+            )
+        return self.last

@@ -1,0 +1,11 @@
+"""The agent-era ingress APIs, translated to the gateway's chat request and back.
+
+* :mod:`~gateway.ingress.responses`, :mod:`~gateway.ingress.response_events`: OpenAI's
+  Responses API (whole answers and stream events), with stored conversations in
+  :mod:`~gateway.ingress.store`;
+* :mod:`~gateway.ingress.messages`, :mod:`~gateway.ingress.message_events`: Anthropic's
+  Messages API, and the protocol of backends that speak it natively;
+* :mod:`~gateway.ingress.translate`: the shared frame stream over chat chunks.
+
+Nothing here knows HTTP: :mod:`gateway.http.apis` puts these on the request path.
+"""

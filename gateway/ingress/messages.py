@@ -1,0 +1,324 @@
+"""Anthropic Messages ⇄ the gateway's chat request and answer, and the native path.
+
+Request (Messages → chat): ``system`` (a string or text blocks) becomes the system message;
+``text`` blocks become text, ``image`` blocks (base64 or url source) image parts,
+``tool_use`` blocks the assistant's ``tool_calls`` (input serialised to JSON) and
+``tool_result`` blocks ``tool`` messages (before the rest of their user turn, as Anthropic
+orders them; ``is_error`` results are prefixed ``Error:``); ``thinking`` blocks are
+skipped. ``tools`` (``input_schema`` → ``parameters``), ``tool_choice`` (``auto`` /
+``any`` → ``required`` / ``tool`` → a named function / ``none``;
+``disable_parallel_tool_use`` → ``parallel_tool_calls: false``), ``stop_sequences``,
+``temperature``, ``top_p``, ``top_k``, ``max_tokens`` and ``metadata.user_id`` (→ ``user``)
+map one to one.
+
+Answer (chat → Messages): text becomes one ``text`` block, each tool call a ``tool_use``
+block (arguments parsed back into ``input``); ``finish_reason`` ``stop`` → ``end_turn``
+(``stop_sequence`` when the backend says which stop string ended it), ``length`` →
+``max_tokens``, ``tool_calls`` → ``tool_use``.
+
+A deployment whose backend speaks Messages itself (:class:`MessagesBackend`: the
+``anthropic`` backend) gets the client's request as it came, with only ``model`` (and
+``stream``) set to the deployment's; its answer and events are passed back untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from gateway.errors import InvalidRequestError
+from gateway.protocol import ChatCompletion, ChatCompletionRequest, ChatMessage, Usage
+from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
+from gateway.protocol.frames import FrameStream
+from gateway.protocol.messages import (
+    Block,
+    MessageParam,
+    MessageResponse,
+    MessagesRequest,
+    MessageUsage,
+    StopReason,
+)
+
+STOP_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+@runtime_checkable
+class MessagesBackend(Protocol):
+    """A backend whose upstream speaks Anthropic's Messages API itself."""
+
+    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
+        """The upstream's ``message`` for ``body`` (sent as it is), as it answered, and its
+        usage."""
+        ...
+
+    def messages_stream(self, body: dict[str, Any]) -> FrameStream:
+        """The upstream's SSE events for ``body``, passed through up to ``message_stop``."""
+        ...
+
+    async def count_message_tokens(self, body: dict[str, Any]) -> int:
+        """The upstream's own ``count_tokens`` for ``body``."""
+        ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A backend that counts a chat request's prompt tokens exactly (its own tokenizer and
+    chat template)."""
+
+    async def count_tokens(self, request: ChatCompletionRequest) -> int: ...
+
+
+@dataclass(frozen=True)
+class NativeMessage:
+    """A whole answer of a :class:`MessagesBackend`, ready to be written."""
+
+    body: bytes
+    usage: Usage
+
+
+@dataclass
+class MessagesCall:
+    """One ``POST /v1/messages``: the request and the chat request it becomes elsewhere."""
+
+    body: MessagesRequest
+    chat: ChatCompletionRequest
+    streams: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str:
+        return self.body.model
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.stream)
+
+    def include_usage(self) -> bool:
+        return False
+
+    def chat_request(self) -> ChatCompletionRequest:
+        return self.chat
+
+    def native(self, *, stream: bool) -> dict[str, Any]:
+        """The request as a Messages upstream gets it: as it came (the backend sets its
+        own ``model``)."""
+        body = self.body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        body.pop("stream", None)
+        if stream:
+            body["stream"] = True
+        return body
+
+
+def to_chat(body: MessagesRequest, *, stream: bool | None = None) -> ChatCompletionRequest:
+    """The chat request for a Messages request."""
+    messages: list[ChatMessage] = []
+    system = body.system_text()
+    if system:
+        messages.append(ChatMessage(role="system", content=system))
+    for i, message in enumerate(body.messages):
+        messages.extend(_turn(message, i))
+    if not messages:
+        raise InvalidRequestError("messages: at least one message is required", param="messages")
+    fields: dict[str, Any] = {
+        "model": body.model,
+        "messages": messages,
+        "max_tokens": body.max_tokens,
+        "stop": body.stop_sequences or None,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "stream": body.stream if stream is None else stream,
+    }
+    if body.top_k is not None:
+        fields["top_k"] = body.top_k
+    user = (body.metadata or {}).get("user_id")
+    if isinstance(user, str):
+        fields["user"] = user
+    if body.tools:
+        fields["tools"] = [
+            _tool(tool.name, tool.description, tool.input_schema) for tool in body.tools
+        ]
+    choice = body.tool_choice
+    if choice is not None:
+        fields.update(_tool_choice(choice.type, choice.name, body))
+        if choice.disable_parallel_tool_use:
+            fields["parallel_tool_calls"] = False
+    return ChatCompletionRequest(**fields)
+
+
+def _turn(message: MessageParam, i: int) -> list[ChatMessage]:
+    content = message.content
+    if isinstance(content, str):
+        return [ChatMessage(role=message.role, content=content)]
+    if message.role == "assistant":
+        return [_assistant(content, i)]
+    out: list[ChatMessage] = []
+    parts: list[ContentPart] = []
+    for j, block in enumerate(content):
+        if block.type == "tool_result":
+            out.append(_tool_result(block, i, j))
+        elif block.type == "text":
+            parts.append(ContentPart(type="text", text=block.text or ""))
+        elif block.type == "image":
+            parts.append(_image(block, i, j))
+        elif block.type not in ("thinking", "redacted_thinking"):
+            raise _unsupported(block, i, j)
+    if parts:
+        if all(p.type == "text" for p in parts):
+            out.append(ChatMessage(role="user", content="".join(p.text or "" for p in parts)))
+        else:
+            out.append(ChatMessage(role="user", content=parts))
+    return out
+
+
+def _assistant(content: list[Block], i: int) -> ChatMessage:
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for j, block in enumerate(content):
+        if block.type == "text":
+            texts.append(block.text or "")
+        elif block.type == "tool_use":
+            if not block.id or not block.name:
+                raise InvalidRequestError(
+                    "tool_use blocks need an id and a name", param=f"messages[{i}].content[{j}]"
+                )
+            arguments = json.dumps(block.input or {}, ensure_ascii=False)
+            calls.append(
+                ToolCall(id=block.id, function=FunctionCall(name=block.name, arguments=arguments))
+            )
+        elif block.type not in ("thinking", "redacted_thinking"):
+            raise _unsupported(block, i, j)
+    text = "".join(texts)
+    return ChatMessage(role="assistant", content=text or None, tool_calls=calls or None)
+
+
+def _tool_result(block: Block, i: int, j: int) -> ChatMessage:
+    if not block.tool_use_id:
+        raise InvalidRequestError(
+            "tool_result blocks need a tool_use_id",
+            param=f"messages[{i}].content[{j}].tool_use_id",
+        )
+    content = block.content
+    if content is None:
+        text = ""
+    elif isinstance(content, str):
+        text = content
+    else:
+        text = "".join(b.text or "" for b in content if b.type == "text")
+    if block.is_error:
+        text = f"Error: {text}"
+    return ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text)
+
+
+def _image(block: Block, i: int, j: int) -> ContentPart:
+    source = block.source
+    if source is None:
+        raise InvalidRequestError(
+            "image blocks need a source", param=f"messages[{i}].content[{j}].source"
+        )
+    if source.type == "base64":
+        if not source.media_type or not source.data:
+            raise InvalidRequestError(
+                "base64 image sources need media_type and data",
+                param=f"messages[{i}].content[{j}].source",
+            )
+        url = f"data:{source.media_type};base64,{source.data}"
+    else:
+        if not source.url:
+            raise InvalidRequestError(
+                "url image sources need a url", param=f"messages[{i}].content[{j}].source.url"
+            )
+        url = source.url
+    return ContentPart(type="image_url", image_url=ImageURL(url=url))
+
+
+def _unsupported(block: Block, i: int, j: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"content blocks of type '{block.type}' are not supported by this gateway",
+        param=f"messages[{i}].content[{j}].type",
+    )
+
+
+def _tool(name: str, description: str | None, schema: dict[str, Any] | None) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": name, "parameters": schema or {"type": "object"}}
+    if description:
+        function["description"] = description
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(kind: str, name: str | None, body: MessagesRequest) -> dict[str, Any]:
+    if kind == "tool":
+        if not name:
+            raise InvalidRequestError(
+                "tool_choice of type tool needs a name", param="tool_choice.name"
+            )
+        if not any(tool.name == name for tool in body.tools or []):
+            raise InvalidRequestError(
+                f"tool_choice names the tool '{name}', which is not in tools",
+                param="tool_choice.name",
+            )
+        return {"tool_choice": {"type": "function", "function": {"name": name}}}
+    if kind in ("any", "auto") and not body.tools:
+        return {}
+    return {"tool_choice": {"auto": "auto", "any": "required", "none": "none"}[kind]}
+
+
+# --- answers ----------------------------------------------------------------------------
+
+
+def stop_reason(finish_reason: str | None) -> StopReason:
+    return STOP_REASONS.get(finish_reason or "stop", "end_turn")
+
+
+def message_usage(usage: Usage | None) -> MessageUsage:
+    """Anthropic counts cache reads apart from ``input_tokens``."""
+    if usage is None:
+        return MessageUsage(input_tokens=0, output_tokens=0)
+    details = usage.prompt_tokens_details
+    cached = details.cached_tokens if details is not None else 0
+    return MessageUsage(
+        input_tokens=usage.prompt_tokens - cached,
+        output_tokens=usage.completion_tokens,
+        cache_read_input_tokens=cached,
+    )
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as ``tool_use.input`` (an object, whatever the model wrote)."""
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def message_answer(answer: ChatCompletion) -> MessageResponse:
+    """The ``message`` for a whole chat answer."""
+    choice = answer.choices[0]
+    content: list[dict[str, Any]] = []
+    if choice.message.content:
+        content.append({"type": "text", "text": choice.message.content})
+    for call in choice.message.tool_calls or []:
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.function.name,
+                "input": tool_input(call.function.arguments),
+            }
+        )
+    matched = (choice.model_extra or {}).get("stop_reason")
+    reason = stop_reason(choice.finish_reason)
+    sequence = matched if reason == "end_turn" and isinstance(matched, str) else None
+    return MessageResponse(
+        model=answer.model,
+        content=content,
+        stop_reason="stop_sequence" if sequence is not None else reason,
+        stop_sequence=sequence,
+        usage=message_usage(answer.usage),
+    )

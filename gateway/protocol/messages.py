@@ -1,0 +1,153 @@
+"""Anthropic's Messages API: the request, the ``message`` answer and the error body.
+
+Content blocks are one lenient model whose ``type`` says which fields matter (``text``,
+``image``, ``tool_use``, ``tool_result``, ``thinking``...), so unknown block fields pass
+through to an Anthropic upstream untouched and the translation
+(:mod:`gateway.ingress.messages`) names the offending field itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gateway.protocol.common import RequestModel, ResponseModel, new_id
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
+
+
+class ImageSource(RequestModel):
+    type: Literal["base64", "url"]
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+
+class Block(RequestModel):
+    """One content block of a message (or of a ``tool_result``'s content)."""
+
+    type: str
+    text: str | None = None
+    source: ImageSource | None = None
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+    tool_use_id: str | None = None
+    content: str | list[Block] | None = None
+    is_error: bool | None = None
+
+
+class MessageParam(RequestModel):
+    role: Literal["user", "assistant"]
+    content: str | list[Block]
+
+
+class SystemBlock(RequestModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolParam(RequestModel):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    type: str | None = None
+
+
+class ToolChoiceParam(RequestModel):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class MessagesRequest(RequestModel):
+    """``POST /v1/messages`` (and, without ``max_tokens``, ``count_tokens``)."""
+
+    model: str
+    max_tokens: int = Field(ge=1)
+    messages: list[MessageParam]
+    system: str | list[SystemBlock] | None = None
+    tools: list[ToolParam] | None = None
+    tool_choice: ToolChoiceParam | None = None
+    stop_sequences: list[str] | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
+    metadata: dict[str, Any] | None = None
+    stream: bool | None = False
+
+    def system_text(self) -> str:
+        if self.system is None or isinstance(self.system, str):
+            return self.system or ""
+        return "\n\n".join(block.text for block in self.system)
+
+
+class CountTokensRequest(MessagesRequest):
+    """``POST /v1/messages/count_tokens``: a Messages request without ``max_tokens``."""
+
+    max_tokens: int = 1
+
+
+# --- answers ----------------------------------------------------------------------------
+
+
+class MessageUsage(ResponseModel):
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+class MessageResponse(ResponseModel):
+    """The ``message`` answer: content blocks as dicts (``text`` / ``tool_use``)."""
+
+    id: str = Field(default_factory=lambda: new_id("msg"))
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    model: str
+    content: list[dict[str, Any]]
+    stop_reason: StopReason | None
+    stop_sequence: str | None = None
+    usage: MessageUsage
+
+
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+"""Anthropic's error ``type`` for each HTTP status (docs.claude.com/en/api/errors)."""
+
+
+def anthropic_status(status: int) -> int:
+    """The status Anthropic would answer with: its 529 for overload, 500 for a bad upstream."""
+    return {502: 500, 503: 529}.get(status, status)
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error type for ``status``: 4xx not listed read as invalid requests."""
+    known = ANTHROPIC_ERROR_TYPES.get(status)
+    if known is not None:
+        return known
+    return "invalid_request_error" if status < 500 else "api_error"
+
+
+def error_body(status: int, message: str, request_id: str | None = None) -> dict[str, Any]:
+    """Anthropic's error JSON: ``{"type": "error", "error": {type, message}, "request_id"}``."""
+    body: dict[str, Any] = {
+        "type": "error",
+        "error": {"type": error_type(status), "message": message},
+    }
+    if request_id:
+        body["request_id"] = request_id
+    return body

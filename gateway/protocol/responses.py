@@ -1,0 +1,200 @@
+"""OpenAI's Responses API: the request, the response object and its output items.
+
+Requests are read leniently, as chat requests are: input items are one model whose
+``type`` says which fields matter (a message, a ``function_call``, a
+``function_call_output``), so a client's extra fields never fail and the translation
+(:mod:`gateway.ingress.responses`) names the offending field itself. Answers follow the
+``Response`` schema of OpenAI's OpenAPI document: required keys always written, ``null``
+where the schema allows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gateway.protocol.common import Omitted, RequestModel, ResponseModel, new_id, now
+
+
+class InputPart(RequestModel):
+    """One part of a message's content: ``input_text`` / ``output_text`` / ``input_image``."""
+
+    type: str
+    text: str | None = None
+    image_url: str | None = None
+    detail: str | None = None
+    file_id: str | None = None
+
+
+class InputItem(RequestModel):
+    """One item of ``input``: a message (``type`` ``message`` or absent), a
+    ``function_call`` the model made, or the ``function_call_output`` answering it."""
+
+    type: str = "message"
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: str | list[InputPart] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | list[InputPart] | None = None
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionTool(RequestModel):
+    """A tool of the request; only ``function`` tools can be served here."""
+
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class TextFormat(RequestModel):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class TextParam(RequestModel):
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+
+ResponseToolChoice = Literal["none", "auto", "required"] | dict[str, Any]
+
+
+class ResponsesRequest(RequestModel):
+    """``POST /v1/responses``, fields in OpenAI-doc order."""
+
+    model: str
+    input: str | list[InputItem]
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: ResponseToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    text: TextParam | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    store: bool | None = True
+    previous_response_id: str | None = None
+    stream: bool | None = False
+
+
+# --- answers ----------------------------------------------------------------------------
+
+
+class OutputText(ResponseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class OutputMessage(ResponseModel):
+    id: str = Field(default_factory=lambda: new_id("msg"))
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    status: ItemStatus = "completed"
+    content: list[OutputText]
+
+
+class FunctionCallItem(ResponseModel):
+    id: str = Field(default_factory=lambda: new_id("fc"))
+    type: Literal["function_call"] = "function_call"
+    status: ItemStatus = "completed"
+    call_id: str
+    name: str
+    arguments: str
+
+
+OutputItem = OutputMessage | FunctionCallItem
+
+
+class InputTokensDetails(ResponseModel):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(ResponseModel):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(ResponseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+    @classmethod
+    def of(cls, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> ResponseUsage:
+        return cls(
+            input_tokens=input_tokens,
+            input_tokens_details=InputTokensDetails(cached_tokens=cached_tokens),
+            output_tokens=output_tokens,
+            output_tokens_details=OutputTokensDetails(),
+            total_tokens=input_tokens + output_tokens,
+        )
+
+
+class IncompleteDetails(ResponseModel):
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class ResponseErrorBody(ResponseModel):
+    code: str
+    message: str
+
+
+ResponseStatus = Literal["completed", "failed", "in_progress", "incomplete"]
+
+
+class ResponseObject(ResponseModel):
+    """The ``response`` object: the answer to ``POST``, what ``GET /v1/responses/{id}``
+    returns, and the ``response`` of the lifecycle stream events."""
+
+    id: str = Field(default_factory=lambda: new_id("resp"))
+    object: Literal["response"] = "response"
+    created_at: int = Field(default_factory=now)
+    status: ResponseStatus = "completed"
+    completed_at: int | None = None
+    error: ResponseErrorBody | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    model: str
+    output: list[OutputItem] = Field(default_factory=list)
+    parallel_tool_calls: bool = True
+    previous_response_id: str | None = None
+    reasoning: dict[str, Any] | None = None
+    store: bool = True
+    temperature: float | None = None
+    text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: ResponseToolChoice = "auto"
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    top_p: float | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+    usage: Omitted[ResponseUsage] = None
+    user: Omitted[str] = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class InputItemList(ResponseModel):
+    """``GET /v1/responses/{id}/input_items``."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str
+    last_id: str
+    has_more: bool = False

@@ -1,0 +1,72 @@
+"""Two replicas' dispatchers sharing breakers, probes and learned limits through one real
+state store (in memory, and a redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.config import parse_config
+from gateway.dispatch.router import Gateway
+from gateway.dispatch.sharing import ReplicaSync
+from gateway.state import StateStore
+from tests.gateway.scripted import ScriptedBackend
+
+CONFIG = """
+deployments:
+  - {name: a, backend: llamacpp, model: a.gguf}
+models:
+  m: {candidates: [a]}
+reliability: {failure_threshold: 1, cooldown_s: 30, probe_interval_s: 0.3}
+"""
+
+
+def replicas(store: StateStore) -> tuple[ReplicaSync, ReplicaSync]:
+    config = parse_config(CONFIG, "test.yaml")
+    first = Gateway(config, {"a": ScriptedBackend("a")})
+    second = Gateway(config, {"a": ScriptedBackend("a")})
+    return ReplicaSync(store, first), ReplicaSync(store, second)
+
+
+async def test_one_replica_probes_a_deployment_per_interval(store: StateStore) -> None:
+    first, second = replicas(store)
+    assert await first.claim_probe("a")
+    assert not await second.claim_probe("a")
+    assert not await first.claim_probe("a")
+    await asyncio.sleep(0.35)  # the interval is over
+    assert await second.claim_probe("a")
+
+
+async def test_a_passed_probe_half_opens_every_replica(store: StateStore) -> None:
+    first, second = replicas(store)
+    for sync in (first, second):
+        sync.gateway.breakers["a"].record_failure()
+        assert sync.gateway.breakers["a"].state == "open"
+    first.gateway.breakers["a"].probe_passed()
+    await first.probe_passed("a")
+    await second.sync()
+    assert second.gateway.breakers["a"].state == "half_open"
+
+
+async def test_an_opening_older_than_a_success_is_not_adopted(store: StateStore) -> None:
+    first, second = replicas(store)
+    first.gateway.breakers["a"].record_failure()
+    await first.sync()  # publishes the opening
+    await second.sync()
+    assert second.gateway.breakers["a"].state == "open"  # a fresh opening is adopted
+    second.gateway.breakers["a"].probe_passed()
+    second.gateway.breakers["a"].record_success()  # it answered here since
+    await first.sync()  # still open there: published again, with its old start
+    await second.sync()
+    assert second.gateway.breakers["a"].state == "closed"
+
+
+async def test_a_learned_context_length_is_shared(store: StateStore) -> None:
+    first, second = replicas(store)
+    first.gateway.context_limits.learn("a", 8192)
+    await first.sync()
+    await second.sync()
+    assert second.gateway.context_limits.get("a") == 8192
+    second.gateway.context_limits.learn("a", 4096)
+    await second.sync()
+    await first.sync()
+    assert first.gateway.context_limits.get("a") == 4096
