@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.planner import Device, MemoryPlan
+from gateway.planner import Device, MemoryPlan, ModelSize
 from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -54,6 +54,17 @@ def cost_usd(price: Price | None, prompt_tokens: int, completion_tokens: int) ->
     return (prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m) / 1e6
 
 
+CONTINUE_FINAL = {"continue_final_message": True, "add_generation_prompt": False}
+"""The extra fields of a continuation (vLLM's names): the request's last message, an
+assistant's, is to be continued rather than closed, and no new assistant turn opened."""
+
+
+def continues_final(request: ChatCompletionRequest) -> bool:
+    """Whether ``request`` asks for its last (assistant) message to be continued."""
+    extra = request.model_extra or {}
+    return bool(extra.get("continue_final_message")) and request.messages[-1].role == "assistant"
+
+
 class Timeouts(BaseModel):
     """Per-deployment time limits, in seconds; ``None`` means no limit."""
 
@@ -62,12 +73,20 @@ class Timeouts(BaseModel):
     connect_s: float | None = Field(default=5.0, gt=0)
     first_token_s: float | None = Field(default=None, gt=0)
     total_s: float | None = Field(default=None, gt=0)
+    stall_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="mid-stream, the longest wait for the next chunk: past it the stream has "
+        "stalled (and is resumed on another candidate where the route allows)",
+    )
 
 
 class DeploymentSettings(BaseModel):
     """Fields every deployment has; each backend adds its own and a ``backend`` literal."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    in_process: ClassVar[bool] = True
+    """Its engine runs inside the gateway's process (a model in this process's memory)."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:/-]+$")
     model: str = Field(min_length=1)
@@ -77,11 +96,39 @@ class DeploymentSettings(BaseModel):
     device: str | None = Field(default=None, description="where it runs, for memory planning")
     rpm: int | None = Field(default=None, ge=1, description="requests per minute, all replicas")
     tpm: int | None = Field(default=None, ge=1, description="tokens per minute, all replicas")
+    params_b: float | None = Field(
+        default=None, gt=0, description="model size, billions of parameters (local: read if unset)"
+    )
+    active_params_b: float | None = Field(
+        default=None, gt=0, description="a mixture of experts: billions of parameters per token"
+    )
 
     def memory_plan(self, devices: Mapping[str, Device]) -> MemoryPlan | str:
         """How this deployment's model fits the device it runs on, among ``devices`` (by
         name), or why there is no plan. Only a model held in this machine's memory has one."""
         return "no local memory to plan"
+
+    def file_size(self) -> ModelSize | None:
+        """The model's size as its own files give it (a local model only); ``None`` when
+        there is nothing to read. May read files: ``OSError`` / ``ValueError`` on failure."""
+        return None
+
+    def model_size(self) -> ModelSize | None:
+        """The size routing uses: ``params_b`` when declared, else the files' (``None``
+        when neither is known or the files cannot be read)."""
+        if self.params_b is not None:
+            return ModelSize(self.params_b, self.active_params_b)
+        try:
+            found = self.file_size()
+        except (OSError, ValueError):
+            return None
+        if found is not None and self.active_params_b is not None:
+            return ModelSize(found.params_b, self.active_params_b, found.source)
+        return found
+
+    def returns_logprobs(self) -> bool:
+        """Whether its answers can carry token logprobs (what a cascade judges)."""
+        return False
 
 
 @dataclass(frozen=True)
@@ -95,6 +142,8 @@ class Capabilities:
     json_schema: bool = False
     images: bool = False
     context_length: int | None = None
+    prefill: bool = True
+    """Continues a trailing assistant message (a resumed stream's preferred form)."""
 
 
 @dataclass(frozen=True)

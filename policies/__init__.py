@@ -11,6 +11,7 @@ Typical use by the gateway::
 No I/O and no imports from ``gateway`` or ``backends``.
 """
 
+from policies.confidence import CascadeRule, QuantileScorer, Scorer, confidence
 from policies.facts import (
     DEFAULT_OUTPUT_TOKENS,
     FIT_CLASSES,
@@ -33,6 +34,7 @@ from policies.predict import (
     token_prices,
 )
 from policies.registry import Primitive, builtin_primitives
+from policies.size import describe_size, format_params
 from policies.steps import Check, FilterStep, RankStep, RouteContext, Score, Step
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "Candidate",
     "CandidateFacts",
     "Capabilities",
+    "CascadeRule",
     "Check",
     "Decision",
     "ExplainRow",
@@ -53,16 +56,21 @@ __all__ = [
     "PolicyField",
     "Pricing",
     "Primitive",
+    "QuantileScorer",
     "RankStep",
     "Ranked",
     "RequestFacts",
     "RouteContext",
     "Score",
+    "Scorer",
     "Step",
     "StepNote",
     "builtin_primitives",
     "coerce_policy",
+    "confidence",
+    "describe_size",
     "estimate_cost_usd",
+    "format_params",
     "predict_total_ms",
     "predict_tpot_ms",
     "predict_ttft_ms",

@@ -87,6 +87,9 @@ class CandidateFacts:
     reports no slots (for an API: its concurrency or rate limit). ``base_ttft_ms`` is a
     fixed part of time to first token (network, scheduling) added to prefill time.
     ``last_failure_at`` lets ``healthy`` pick the least-recently-failed one as a last resort.
+    ``params_b`` is the model's size in billions of parameters (``active_params_b``: what one
+    token uses, for a mixture of experts); ``size_source`` says where it came from
+    (``declared``, ``gguf``, ``hf-config``).
     """
 
     name: str
@@ -100,6 +103,9 @@ class CandidateFacts:
     weight: float = 1.0
     max_concurrency: int | None = None
     base_ttft_ms: float = 0.0
+    params_b: float | None = None
+    active_params_b: float | None = None
+    size_source: str | None = None
 
 
 @dataclass(frozen=True)

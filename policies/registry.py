@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from policies.filters import Capable, FitsMemory, Healthy, WithinBudget
 from policies.rankers import Affinity, Cheapest, Fastest, First, LeastLoaded, Weighted
+from policies.size import Largest, Size, Smallest
 from policies.slo import Slo
 from policies.steps import Step
 
@@ -42,12 +43,15 @@ def builtin_primitives() -> dict[str, Primitive]:
         Capable,
         FitsMemory,
         WithinBudget,
+        Size,
         Slo,
         Cheapest,
         Fastest,
         LeastLoaded,
         Weighted,
         Affinity,
+        Smallest,
+        Largest,
         First,
     )
     return {c.name: Primitive.of(c) for c in classes}

@@ -3,10 +3,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
 # the tests start their own redis-server processes on free loopback ports
 if ! command -v redis-server >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+# the status page's browser test drives a real headless Chromium (under a minute to install)
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 .venv/bin/ruff format --check gateway backends policies tests bench
 .venv/bin/ruff check gateway backends policies tests bench

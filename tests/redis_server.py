@@ -12,6 +12,7 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -111,6 +112,14 @@ class RedisServer:
     def log(self) -> str:
         path = self.directory / "redis.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def create_key(self, *args: str) -> str:
+        """A virtual key made by ``shunter keys create`` (``args``: its flags) in this store."""
+        command = [sys.executable, "-m", "gateway.cli", "keys", "create", "--redis-url", self.url]
+        result = subprocess.run(
+            [*command, *args], capture_output=True, text=True, timeout=60, check=True
+        )
+        return result.stdout.strip().splitlines()[-1]
 
     def _own_all_slots(self, deadline: float) -> None:
         # a one-node cluster: enough for Redis to enforce CROSSSLOT on every command

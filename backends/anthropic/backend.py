@@ -21,7 +21,7 @@ from pydantic import Field
 from backends.anthropic.native import NativeMessages
 from backends.anthropic.stream import StreamTranslator, ends_message
 from backends.anthropic.wire import from_message, to_messages_request
-from backends.base import Capabilities, LiveStats
+from backends.base import Capabilities, LiveStats, continues_final
 from backends.http.plumbing import (
     HTTPDeploymentSettings,
     annotate,
@@ -71,6 +71,13 @@ class AnthropicSettings(HTTPDeploymentSettings):
     default_max_tokens: int = Field(default=4096, ge=1)
     tools: bool = True
     images: bool = True
+    prefill: bool = Field(
+        default=True,
+        description=(
+            "the model continues a last assistant turn; false for models that refuse "
+            "prefill (a resumed stream then continues through a user turn)"
+        ),
+    )
 
 
 class AnthropicBackend(NativeMessages):
@@ -104,6 +111,7 @@ class AnthropicBackend(NativeMessages):
             json_schema=False,
             images=s.images,
             context_length=s.context_length,
+            prefill=s.prefill,
         )
 
     async def start(self) -> None:
@@ -150,7 +158,11 @@ class AnthropicBackend(NativeMessages):
     ) -> AsyncIterator[ChatCompletionChunk]:
         """Yield OpenAI chunks; the last has ``choices == []`` and ``usage``."""
         translator = StreamTranslator(request.model)
-        events = self._events(self._to_wire(request, stream=True))
+        body = self._to_wire(request, stream=True)
+        # Anthropic refuses a last assistant turn that ends in whitespace: it goes without,
+        # and the answer's first text loses the same whitespace should it repeat it
+        dropped = _strip_prefill(body) if continues_final(request) else ""
+        events = self._events(body)
         async with aclosing(events):
             async for event in events:
                 try:
@@ -160,6 +172,9 @@ class AnthropicBackend(NativeMessages):
                         self.name, f"sent a malformed {event.get('type')}"
                     ) from None
                 if chunk is not None:
+                    if dropped and chunk.choices and chunk.choices[0].delta.content:
+                        delta = chunk.choices[0].delta
+                        delta.content, dropped = _without(delta.content or "", dropped), ""
                     yield chunk
         yield translator.final()
 
@@ -245,3 +260,31 @@ class AnthropicBackend(NativeMessages):
                 raise cut_error(self.name, "stream ended before message_stop")
         finally:
             self._in_flight -= 1
+
+
+def _strip_prefill(body: dict[str, Any]) -> str:
+    """Take the trailing whitespace off the last (assistant) turn's text; what was taken."""
+    messages = body.get("messages") or []
+    if not messages or messages[-1].get("role") != "assistant":
+        return ""
+    blocks = messages[-1]["content"]
+    last = blocks[-1] if blocks else None
+    if not isinstance(last, dict) or last.get("type") != "text":
+        return ""
+    text: str = last["text"]
+    kept = text.rstrip()
+    if kept:
+        last["text"] = kept
+    else:  # nothing but whitespace: no text block at all (Anthropic refuses an empty one)
+        blocks.pop()
+        if not blocks:
+            messages.pop()
+    return text[len(kept) :]
+
+
+def _without(text: str, whitespace: str) -> str:
+    """``text`` less the start it shares with ``whitespace`` (already sent)."""
+    same = 0
+    while same < min(len(text), len(whitespace)) and text[same] == whitespace[same]:
+        same += 1
+    return text[same:]

@@ -415,7 +415,12 @@ class H1Pool:
     def _head(
         self, method: str, path: str, length: int, headers: Mapping[str, str] | None
     ) -> bytes:
-        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
+        extra = ""
+        if headers:
+            extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            if extra.count("\n") != len(headers) or extra.count("\r") != len(headers):
+                # per-request values (a client's trace context) must never add a header
+                raise ValueError("HTTP header names and values must not contain line breaks")
         return (
             f"{method} {self._path(path)} HTTP/1.1\r\n".encode("latin-1")
             + self._fixed

@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import httpx
 import structlog
@@ -52,6 +52,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
+from gateway.protocol import jsonio
 
 USER_AGENT = "shunter/0.1"
 # what upstreams say when a prompt does not fit: OpenAI/vLLM ("maximum context length"),
@@ -79,6 +80,8 @@ def smallest(*limits: float | None) -> float | None:
 
 class HTTPDeploymentSettings(DeploymentSettings):
     """Fields shared by deployments behind a remote HTTP API."""
+
+    in_process: ClassVar[bool] = False
 
     base_url: str = Field(min_length=1)
     api_key_env: str | None = None
@@ -425,7 +428,7 @@ def estimate_tokens(chars: int) -> int:
 
 def encode_json(body: Any) -> bytes:
     """A request body as compact UTF-8 JSON."""
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return jsonio.encode(body)
 
 
 def load_json(data: bytes | str, deployment: str) -> Any:

@@ -16,6 +16,7 @@ import asyncio
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -38,6 +39,24 @@ from backends.http.plumbing import (
 from backends.http.redact import Redactor
 
 _KEEPALIVE_S = 30.0
+_EVENT_STREAM = {"accept": "text/event-stream"}
+
+REQUEST_CONTEXT: ContextVar[Mapping[str, str] | None] = ContextVar(
+    "shunter_upstream_request_context", default=None
+)
+"""Headers that carry the request being served to its upstream: ``x-request-id`` and the
+W3C trace context (``traceparent``, ``tracestate``, ``baggage``). The gateway sets them per
+request, and per attempt when it records spans; every request an :class:`Upstream` sends
+while they are set carries them. A context variable (as OpenTelemetry's own context is),
+so that they follow the request through tasks without every backend passing them on."""
+
+
+def _with_context(extra: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    """``extra`` plus the current request's context headers (either may be absent)."""
+    context = REQUEST_CONTEXT.get()
+    if context is None:
+        return extra
+    return context if extra is None else {**context, **extra}
 
 
 class Upstream(Protocol):
@@ -135,7 +154,9 @@ class H1Upstream:
     ) -> bytes:
         try:
             async with asyncio.timeout(total_s):
-                response = await self._pool.request(method, path, body, connect_timeout=connect_s)
+                response = await self._pool.request(
+                    method, path, body, headers=REQUEST_CONTEXT.get(), connect_timeout=connect_s
+                )
                 content = await response.read()
         except h1.H1Error as exc:
             raise error_for_transport(self._name, exc, self.redactor) from exc
@@ -160,7 +181,7 @@ class H1Upstream:
                 "POST",
                 path,
                 body,
-                headers={"accept": "text/event-stream"},
+                headers=_with_context(_EVENT_STREAM),
                 connect_timeout=connect_s,
                 head_timeout=first_byte_s,
                 read_timeout=first_byte_s,
@@ -237,7 +258,9 @@ class HttpxUpstream:
     async def _whole(self, method: str, path: str, body: bytes, total_s: float | None) -> bytes:
         try:
             async with asyncio.timeout(total_s):
-                response = await self._client.request(method, path, content=body)
+                response = await self._client.request(
+                    method, path, content=body, headers=REQUEST_CONTEXT.get()
+                )
         except httpx.HTTPError as exc:
             raise error_for_transport(self._name, exc, self.redactor) from exc
         except TimeoutError:
@@ -255,7 +278,7 @@ class HttpxUpstream:
         first_byte_s = first_byte_limit(timeouts)
         timeout = httpx.Timeout(first_byte_s, connect=self._connect_s, pool=self._connect_s)
         request = self._client.build_request(
-            "POST", path, content=body, headers={"accept": "text/event-stream"}, timeout=timeout
+            "POST", path, content=body, headers=_with_context(_EVENT_STREAM), timeout=timeout
         )
         deadline = _deadline(timeouts.total_s)
         first_deadline = _deadline(first_byte_s)

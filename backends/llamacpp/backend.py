@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from backends.base import Capabilities, DeploymentSettings, LiveStats
+from backends.base import Capabilities, DeploymentSettings, LiveStats, continues_final
 from backends.llamacpp.batch import BatchSettings
+from backends.llamacpp.continued import UNFINISHED
 from backends.llamacpp.embed import EmbeddingModel, Pooling
 from backends.llamacpp.engine import LlamaEngine, LoadedModel
 from backends.llamacpp.sampling import (
@@ -39,7 +40,15 @@ from backends.llamacpp.tools import (
 from gateway.common.durations import UNIT_SECONDS, split_duration
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.models.store import resolve_model_path
-from gateway.planner import Device, MemoryPlan, discover_devices, plan_memory, shape_from_gguf
+from gateway.planner import (
+    Device,
+    MemoryPlan,
+    ModelSize,
+    discover_devices,
+    plan_memory,
+    shape_from_gguf,
+    size_of_shape,
+)
 from gateway.protocol import (
     AssistantMessage,
     ChatCompletion,
@@ -150,6 +159,14 @@ class LlamaCppSettings(DeploymentSettings):
             allow_offload=self.gpu_layers != 0 and device.kind != "cpu",
         )
 
+    def file_size(self) -> ModelSize | None:
+        """The parameters the GGUF's tensors hold (reads its header only)."""
+        return size_of_shape(shape_from_gguf(resolve_model_path(self.model)))
+
+    def returns_logprobs(self) -> bool:
+        """Text generation computes them from the raw logits when asked."""
+        return self.task == "generate"
+
     def _device(self, devices: Mapping[str, Device]) -> Device | None:
         """The named device; without a name host RAM when no layer is offloaded, else the
         first GPU found (then host RAM)."""
@@ -202,6 +219,7 @@ class LlamaCppBackend:
         self._markers: frozenset[int] = frozenset()  # the parser's control-token markers
         self._embedder: EmbeddingModel | None = None
         self._n_ctx = settings.n_ctx
+        self._model_file = ""  # the GGUF's path, once started
 
     @property
     def name(self) -> str:
@@ -249,6 +267,7 @@ class LlamaCppBackend:
         )
         await engine.start()
         self._engine = engine
+        self._model_file = str(path)
         self._n_ctx = engine.n_ctx_per_slot
         model = engine.model
         source = settings.chat_template or model.metadata.get("tokenizer.chat_template")
@@ -303,7 +322,9 @@ class LlamaCppBackend:
         choice = Choice(
             message=message,
             finish_reason=_finish(finished, called),
-            logprobs=chat_logprobs(logprobs) if request.logprobs and not called else None,
+            # every generated token, a call's raw text too (as vLLM reports them): what a
+            # cascade judges a call on
+            logprobs=chat_logprobs(logprobs) if request.logprobs else None,
         )
         return ChatCompletion(model=request.model, choices=[choice], usage=_usage(finished))
 
@@ -320,8 +341,8 @@ class LlamaCppBackend:
         pending: list[TokenLogprob] = []  # for the next text chunk
 
         def chunk(delta: ChoiceDelta, finish: Any = None) -> ChatCompletionChunk:
-            # a call's tokens have no place in content logprobs: they are dropped
-            logprobs = chat_logprobs(pending) if pending and not delta.tool_calls else None
+            # every generated token, a call's raw text too (as in the whole answer)
+            logprobs = chat_logprobs(pending) if pending else None
             pending.clear()
             choice = ChunkChoice(delta=delta, finish_reason=finish, logprobs=logprobs)
             return ChatCompletionChunk(
@@ -339,7 +360,7 @@ class LlamaCppBackend:
         first: ChoiceDelta | None = ChoiceDelta(
             role="assistant", content=None if plan.forced else ""
         )
-        async with aclosing(self._events(job)) as events:
+        async with aclosing(self._unfinished_noted(job)) as events:
             async for event in events:
                 if first is not None:  # sent once the job runs: queue-full is an HTTP 503
                     yield chunk(first)
@@ -371,6 +392,32 @@ class LlamaCppBackend:
         model = self.engine.model
         return len(model.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
 
+    def _chat_tokens(self, request: ChatCompletionRequest, plan: ToolPlan) -> list[int]:
+        """The prompt's tokens. A request that continues its last (assistant) message gets
+        the messages before it, the assistant turn opened, then that message's text left
+        open: the tokens an unfinished answer was generated as when this process noted
+        them (:mod:`backends.llamacpp.continued`), else the text tokenized as plain text."""
+        assert self._prompt is not None, "backend used before start()"
+        continued = continues_final(request)
+        messages = request.messages[:-1] if continued else request.messages
+        prompt = self._prompt.render(messages, plan.offered(), plan.parallel)
+        tokens = self._tokenize(prompt, special=True, param="messages")
+        if not continued:
+            return tokens
+        model = self.engine.model
+        text = request.messages[-1].text().encode("utf-8")
+        tail = UNFINISHED.tokens(self._model_file, tokens, text, model.token_to_piece)
+        if tail is None:
+            tail = model.tokenize(text, add_bos=False, special=False)
+        tokens = tokens + tail
+        if len(tokens) >= self._n_ctx:
+            raise ContextLengthExceededError(
+                f"This model's maximum context length is {self._n_ctx} tokens. "
+                f"However, your messages resulted in {len(tokens)} tokens.",
+                param="messages",
+            )
+        return tokens
+
     def _chat_job(self, request: ChatCompletionRequest, plan: ToolPlan) -> GenerationJob:
         self._generating()
         _reject_unsupported(n=request.n)
@@ -379,9 +426,7 @@ class LlamaCppBackend:
             raise InvalidRequestError(
                 f"deployment {self.name!r} does not accept images", param="messages"
             )
-        assert self._prompt is not None, "backend used before start()"
-        prompt = self._prompt.render(request.messages, plan.offered(), plan.parallel)
-        tokens = self._tokenize(prompt, special=True, param="messages")
+        tokens = self._chat_tokens(request, plan)
         grammar, param = chat_grammar(plan, request, self._parser)
         job = self._job(
             tokens, request.output_limit(), request, request.stop_list(), grammar, param
@@ -465,6 +510,19 @@ class LlamaCppBackend:
 
     def _events(self, job: GenerationJob) -> AsyncGenerator[Event, None]:
         return self.engine.run(job)
+
+    async def _unfinished_noted(self, job: GenerationJob) -> AsyncGenerator[Event, None]:
+        """The job's events; if it stops short (the engine failed, the stream was closed
+        early), the tokens it got are noted for a continuation elsewhere."""
+        finished = False
+        try:
+            async with aclosing(self._events(job)) as events:
+                async for event in events:
+                    finished = isinstance(event, Finished)
+                    yield event
+        finally:
+            if not finished:
+                UNFINISHED.remember(self._model_file, job.prompt_tokens, job.generated)
 
     async def _collect(self, job: GenerationJob) -> tuple[str, Finished, list[TokenLogprob]]:
         job.stream = False

@@ -472,6 +472,7 @@ class Scheduler:
         if top is not None:
             self._outbox.append((task.ticket.deliver, self._logprob(task.out, token, top)))
         task.count += 1
+        task.ticket.job.generated.append(token)
         visible = token in task.ticket.job.visible_tokens
         piece = task.text.feed(self._model.token_to_piece(token, visible))
         if piece:

@@ -63,6 +63,7 @@ from gateway.protocol import (
     EmbeddingRequest,
     EmbeddingResponse,
     Usage,
+    jsonio,
     new_id,
     now,
 )
@@ -92,6 +93,20 @@ class OpenAICompatSettings(HTTPDeploymentSettings):
         default=False,
         description="the upstream is a shunter worker: poll its live figures for routing",
     )
+    prefill: bool = Field(
+        default=True,
+        description=(
+            "the upstream continues a trailing assistant message (continue_final_message: "
+            "vLLM, llama.cpp's server, shunter workers); false: a resumed stream is continued "
+            "through a user turn instead (OpenAI's own API)"
+        ),
+    )
+    logprobs: bool = Field(
+        default=True, description="the upstream returns token logprobs (a cascade can judge it)"
+    )
+
+    def returns_logprobs(self) -> bool:
+        return self.logprobs
 
 
 class OpenAICompatBackend:
@@ -130,6 +145,7 @@ class OpenAICompatBackend:
             json_schema=s.json_schema,
             images=s.images,
             context_length=s.context_length,
+            prefill=s.prefill,
         )
 
     async def start(self) -> None:
@@ -283,7 +299,7 @@ class OpenAICompatBackend:
 
     def _parse(self, model: type[_M], data: bytes) -> _M:
         try:
-            return model.model_validate_json(data)
+            return jsonio.validate_json(model, data)
         except ValidationError as exc:
             what = f"sent an invalid {model.__name__}: {exc.errors()[0]['msg']}"
             raise protocol_error(self.name, what) from None

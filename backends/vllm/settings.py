@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backends.base import DeploymentSettings
+from gateway.planner import ModelSize, size_of_hf_dir
 
 
 class LoRAAdapter(BaseModel):
@@ -63,6 +64,13 @@ class VLLMSettings(DeploymentSettings):
         if clash:
             raise ValueError(f"extra_engine_args repeats typed fields: {', '.join(clash)}")
         return self
+
+    def file_size(self) -> ModelSize | None:
+        """A local model directory's size, from its config.json (a hub id: unknown)."""
+        return size_of_hf_dir(self.model)
+
+    def returns_logprobs(self) -> bool:
+        return True
 
     def engine_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``AsyncEngineArgs``; fields left ``None`` are omitted."""

@@ -263,6 +263,13 @@ class KeyRing:
         """Whether a master key is configured."""
         return self._master is not None
 
+    def derived_secret(self, purpose: str) -> bytes | None:
+        """A secret for ``purpose`` derived from the master key (``None`` without one): the
+        same on every replica, and a new one whenever the master key changes."""
+        if self._master is None:
+            return None
+        return hmac.new(self._master.encode(), purpose.encode(), hashlib.sha256).digest()
+
     def is_master(self, authorization: str | None) -> bool:
         """Whether the header carries the master key (never true without one)."""
         return self._is_master(bearer_token(authorization))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import socket
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gateway import __version__
-from gateway.cli import bench, keys, models, routing, worker
+from gateway.cli import bench, calibrate, keys, models, routing, worker
 from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, warn_if_open
 
 DESCRIPTION = (
@@ -74,6 +76,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on SIGTERM, time for in-flight requests to finish",
     )
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N",
+        help="gateway processes on the port: a number, or auto (one per core); more than "
+        "one needs Redis and no in-process engines",
+    )
     add_edge_arguments(serve)
     serve.set_defaults(handler=_serve)
 
@@ -105,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=_check_config)
 
     # the other command groups: each module adds its own parsers
-    for group in (routing, keys, bench, models, worker):
+    for group in (routing, calibrate, keys, bench, models, worker):
         group.register(sub)
     return parser
 
@@ -115,6 +125,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.dispatch.router import Gateway
     from gateway.http.app import AppSettings, create_app
     from gateway.http.server import serve
+    from gateway.http.workers import Supervisor, listening_sockets, refusals
     from gateway.state import StateSettings
     from gateway.telemetry.logs import configure_logging
 
@@ -125,13 +136,42 @@ def _serve(args: argparse.Namespace) -> int:
     exposed = exposure(args.host, args.allow_open, state)
     if exposed is None:
         return 2
+    in_process = (d.name for d in loaded.config.deployments if d.in_process)
+    refused = refusals(args.workers, state.redis_url, in_process)
+    for problem in refused:
+        print(f"shunter serve: {problem}", file=sys.stderr)
+    if refused:
+        return 2
     configure_logging(args.log_level)
     brief_startup_errors(args.log_level)
     warn_if_open(exposed, args.host, args.port)
-    gateway = Gateway.from_config(loaded.config)
-    settings = AppSettings(config=loaded.config, config_path=args.config, state=state)
-    app = create_app(settings, gateway)
-    return serve(app, gateway, args.host, args.port, args.drain_timeout, edge_limits(args))
+
+    def run_one(sock: socket.socket | None) -> int:
+        gateway = Gateway.from_config(loaded.config)
+        settings = AppSettings(config=loaded.config, config_path=args.config, state=state)
+        app = create_app(settings, gateway)
+        limits = edge_limits(args)
+        return serve(app, gateway, args.host, args.port, args.drain_timeout, limits, sock)
+
+    if args.workers == 1:
+        return run_one(None)
+    try:
+        sockets = listening_sockets(args.host, args.port, args.workers)
+    except OSError as exc:
+        print(f"shunter serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    return Supervisor(run_one, sockets).run()
+
+
+def _workers(value: str) -> int:
+    from gateway.http.workers import worker_count
+
+    try:
+        return worker_count(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: a number of workers (1 or more), or auto"
+        ) from None
 
 
 def _demo_model(args: argparse.Namespace) -> int:

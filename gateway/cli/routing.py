@@ -74,6 +74,10 @@ def _plan(args: argparse.Namespace) -> int:
         if placement.plan is None and not placement.problem:
             console.print(f"{placement.deployment}: {placement.note}", highlight=False)
     problems = [p for p in placements if p.problem]
+    for settings in config.deployments:
+        size = settings.model_size()
+        shown = size.describe() if size is not None else "unknown (declare params_b)"
+        console.print(f"size {settings.name}: {shown}", highlight=False)
     for placement in problems:
         print(f"error: deployment {placement.deployment!r}: {placement.note}", file=sys.stderr)
     return 1 if problems else 0
@@ -83,6 +87,7 @@ def _route(args: argparse.Namespace) -> int:
     import time
 
     from backends.registry import create_backend
+    from gateway.dispatch.cascade import cascade_plan
     from gateway.dispatch.router import Gateway
     from gateway.errors import GatewayError
     from gateway.residency.placement import plan_deployments
@@ -116,8 +121,12 @@ def _route(args: argparse.Namespace) -> int:
     decision = route.policy.route(request, pool, now=time.monotonic())
     print(f"model {args.model}: policy {route.policy.describe()}")
     print(decision.explain())
+    print("sizes: " + ", ".join(f"{c.name} {_size(c)}" for c in pool))
     for line in _hourly_prices(pool, request, live=bool(args.live)):
         print(line)
+    if route.cascade is not None:
+        logprobs = {d.name: d.returns_logprobs() for d in config.deployments}
+        print(cascade_plan(route.cascade, [(n, logprobs[n]) for n in decision.names]))
     print(f"route: {decision.reason()}")
     return 0 if decision.chosen is not None else 1
 
@@ -155,6 +164,13 @@ def _with_live(candidate: Candidate, stats: LiveStats | None) -> Candidate:
     if stats is None:
         return candidate
     return dataclasses.replace(candidate, live=DeploymentTracker().figures(stats))
+
+
+def _size(candidate: Candidate) -> str:
+    from policies import describe_size
+
+    source = candidate.facts.size_source
+    return describe_size(candidate) + (f" ({source})" if source else "")
 
 
 def _hourly_prices(pool: list[Candidate], request: RequestFacts, *, live: bool) -> list[str]:

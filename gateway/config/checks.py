@@ -3,7 +3,8 @@
 The file can be right and the gateway still unable to start: a model file that is missing
 or is not a GGUF, an API key variable that is not set, a device that is not there, an
 engine that is not installed. :func:`check_machine` finds these, each located at the line
-of the field to fix; :func:`check_network` (``check-config`` only, skipped by
+of the field to fix (and what the model files say about declared sizes and cascades,
+:mod:`gateway.config.sizing`); :func:`check_network` (``check-config`` only, skipped by
 ``--offline``) asks whether each remote upstream answers at all.
 """
 
@@ -21,6 +22,7 @@ from backends.llamacpp import LlamaCppSettings
 from backends.registry import DeploymentConfig
 from backends.vllm import VLLMSettings
 from gateway.config.loading import ConfigError, ConfigIssue, LoadedConfig, read_config
+from gateway.config.sizing import cascade_issues, size_notes
 from gateway.models.store import GGUF_MAGIC, ModelCache, UnknownModelError, model_cache_dir
 from gateway.planner import Device, discover_devices, shape_from_gguf
 
@@ -82,6 +84,8 @@ def check_machine(
                 ("deployments", index, "backend"), f"settings checked, but {missing}"
             )
             found.notes.append(str(where))
+    found.notes += size_notes(loaded)
+    found.issues += cascade_issues(loaded)
     found.issues.sort(key=lambda issue: issue.line or 0)
     return found
 

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from backends.registry import DeploymentConfig
+from policies.confidence import CascadeRule
 from policies.policy import Policy, PolicyField
 
 
@@ -96,7 +97,25 @@ class ModelRoute(BaseModel):
         default=True,
         description="with fallback: a prompt too long for one candidate moves to a larger one",
     )
+    resume: bool = Field(
+        default=True,
+        description="with fallback: a stream that fails mid-answer is continued on the next "
+        "candidate",
+    )
+    max_resumes: int = Field(default=1, ge=1, le=5, description="continuations of one stream")
     cache: CacheRule | None = None
+    cascade: CascadeRule | None = Field(
+        default=None,
+        description="answer with the best-ranked candidate; a larger one when it is unsure",
+    )
+
+    @model_validator(mode="after")
+    def _cascade_can_escalate(self) -> ModelRoute:
+        if self.cascade is not None and len(self.candidates) < 2:
+            raise ValueError("cascade needs at least two candidates (one to escalate to)")
+        if self.cascade is not None and not self.fallback:
+            raise ValueError("cascade escalates along the candidates: it needs fallback: true")
+        return self
 
 
 class HTTPSettings(BaseModel):
@@ -131,6 +150,7 @@ EXPOSED_HEADERS = (
     "x-shunter-deployment",
     "x-shunter-route",
     "x-shunter-cache",
+    "x-shunter-cascade-usage",
     "x-shunter-upstream-model",
     "x-shunter-token-count",
     "retry-after",

@@ -45,6 +45,7 @@ from gateway.errors import (
     StreamCutError,
     UpstreamTimeoutError,
 )
+from gateway.telemetry.tracing import note_tried
 from policies import Hedge, RequestFacts
 
 T = TypeVar("T")
@@ -198,6 +199,7 @@ class _Run(Generic[T]):
                     await self.admit(candidate)
                 except DeploymentLimitedError as exc:
                     breaker.record_abandoned()  # never contacted: its own limit is full
+                    note_tried(candidate.settings.name)  # its 429 counts under its name
                     self.last, self.cause = exc, "limited"
                     return None
             self.tried = True

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -27,11 +28,13 @@ from backends.base import Backend
 from backends.registry import DeploymentConfig
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.dispatch.attempts import Candidate, nothing_can_serve, within
+from gateway.dispatch.cascade import Cascade, CascadeReport
 from gateway.dispatch.failover import Admit, Failover, Routing, Trail
 from gateway.dispatch.learned import ContextLimits
 from gateway.dispatch.live import Attempt, DeploymentTracker
 from gateway.dispatch.probing import Prober
 from gateway.dispatch.reliability import CircuitBreaker, new_breaker
+from gateway.dispatch.resume import ResumeBook
 from gateway.dispatch.routing import DeploymentDescriber
 from gateway.errors import GatewayError, ModelNotFoundError, StalledError
 from gateway.protocol import ModelList
@@ -39,7 +42,7 @@ from gateway.protocol.common import Model
 from gateway.protocol.frames import Deadline, FrameStream
 from gateway.residency.placement import plan_deployments
 from gateway.residency.resident import Residency
-from gateway.telemetry.instruments import tracing
+from gateway.telemetry.tracing import attempt_span, note_decision
 from policies import Candidate as PolicyCandidate
 from policies import Decision, FitClass, Hedge, RequestFacts
 
@@ -56,6 +59,7 @@ class Routed(Generic[T]):
     candidate: Candidate
     value: T
     reason: str
+    cascade: CascadeReport | None = None
 
 
 @dataclass
@@ -63,13 +67,16 @@ class OpenedStream:
     """A stream whose first frame has arrived: safe to commit the HTTP response.
 
     Whoever consumes ``rest`` reports the end through ``attempt.finish(tokens)``. ``reason``
-    is as in :class:`Routed`."""
+    is as in :class:`Routed`; ``routing`` is the decision, whose other candidates may
+    continue the stream if it fails (:mod:`gateway.dispatch.resume`)."""
 
     candidate: Candidate
     first: bytes
     rest: FrameStream
     reason: str
     attempt: Attempt
+    routing: Routing | None = None
+    cascade: CascadeReport | None = None
 
     @property
     def backend(self) -> Backend:
@@ -99,6 +106,7 @@ class Gateway:
         self.fits: dict[str, FitClass] = {}
         self.config_version = config_version(config)
         self.context_limits = ContextLimits()
+        self.resumes = ResumeBook()
         self._failover = Failover(config.reliability, self.context_limits)
         self.prober = Prober(self._probe_targets, config.reliability.probe_interval_s)
 
@@ -139,6 +147,7 @@ class Gateway:
             **{name: DeploymentTracker() for name in fresh},
         }
         fits = await _memory_fits(config)
+        await asyncio.to_thread(self._describe.learn_sizes, config.deployments)
         self.config, self.backends, self.fits = config, {**keep, **fresh}, fits
         self.residency.start()
         await self.prober.retune(config.reliability.probe_interval_s)
@@ -162,6 +171,7 @@ class Gateway:
     async def start(self) -> None:
         await asyncio.gather(*(b.start() for b in self.backends.values()))
         self.fits = await _memory_fits(self.config)
+        await asyncio.to_thread(self._describe.learn_sizes, self.config.deployments)
         self.residency.start()
         self.prober.start()
         self.ready = True
@@ -191,6 +201,7 @@ class Gateway:
         facts = request or RequestFacts(prompt_tokens=0)
         pool = self.policy_candidates(model)
         decision = route.policy.route(facts, pool, now=time.monotonic())
+        note_decision(decision)
         if decision.chosen is None:
             raise nothing_can_serve(model, facts, pool, decision.reason())
         backends, breakers, trackers = self.backends, self.breakers, self.trackers
@@ -286,6 +297,13 @@ class Gateway:
             return await within(limit, attempt(candidate.backend), candidate.backend)
 
         routing = self.decide(model, request)
+        rule = self.config.models[model].cascade
+        if rule is not None and operation != "embeddings":
+            run = functools.partial(self._first_success, operation=operation, admit=admit)
+            chosen, result, tracked, report = await Cascade(rule, model, routing).call(run, bounded)
+            tracked.finish(None)
+            reason = routing.trail.route(chosen.settings.name, routing.reason)
+            return Routed(chosen, result, report.route(chosen.settings.name, reason), report)
         chosen, (result, tracked) = await self._first_success(routing, bounded, operation, admit)
         tracked.finish(None)
         return Routed(chosen, result, routing.trail.route(chosen.settings.name, routing.reason))
@@ -314,13 +332,21 @@ class Gateway:
                 raise
 
         routing = self.decide(model, request)
+        rule = self.config.models[model].cascade
+        if rule is not None:
+            run = functools.partial(self._first_success, operation=operation, admit=admit)
+            cascade = Cascade(rule, model, routing)
+            chosen, first, rest, tracked, report = await cascade.open(run, first_chunk)
+            reason = routing.trail.route(chosen.settings.name, routing.reason)
+            reason = report.route(chosen.settings.name, reason)
+            return OpenedStream(chosen, first, rest, reason, tracked, routing, report)
         if routing.hedge is not None and len(routing.candidates) > 1:
             opened = await self._hedged(routing, routing.hedge, first_chunk, operation, admit)
         else:
             opened = await self._first_success(routing, first_chunk, operation, admit)
         chosen, ((first, rest), tracked) = opened
         reason = routing.trail.route(chosen.settings.name, routing.reason)
-        return OpenedStream(chosen, first, rest, reason, tracked)
+        return OpenedStream(chosen, first, rest, reason, tracked, routing)
 
     async def _hedged(
         self,
@@ -377,31 +403,7 @@ class Gateway:
 
     def _client_span(self, operation: str, candidate: Candidate, retry: int) -> Any:
         """One span per upstream attempt, in GenAI terms (nothing when traces are off)."""
-        if not tracing(self.tracer):
-            return contextlib.nullcontext()
-        deployment = candidate.settings
-        span = self.tracer.start_as_current_span(
-            f"{operation} {deployment.model}", kind=trace.SpanKind.CLIENT
-        )
-        attributes = {
-            "gen_ai.operation.name": operation,
-            "gen_ai.provider.name": deployment.backend,
-            "gen_ai.request.model": deployment.model,
-            "shunter.deployment": deployment.name,
-            "shunter.attempt": retry,
-        }
-        return _with_attributes(span, attributes)
-
-
-@contextlib.contextmanager
-def _with_attributes(span_cm: Any, attributes: dict[str, Any]) -> Iterator[trace.Span]:
-    with span_cm as span:
-        span.set_attributes(attributes)
-        try:
-            yield span
-        except GatewayError as exc:
-            span.set_attribute("error.type", type(exc).__name__)
-            raise
+        return attempt_span(operation, candidate.settings, retry)
 
 
 async def _memory_fits(config: GatewayConfig) -> dict[str, FitClass]:

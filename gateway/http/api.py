@@ -11,6 +11,7 @@ models the key may use; worker stats need any valid key. ``/health/liveness`` is
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from typing import Any
 
@@ -156,7 +157,12 @@ async def readiness(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]
         else "stalled" if stalled
         else "ready"
     )  # fmt: skip
-    body = {"status": status, "config_version": gateway.config_version, "deployments": deployments}
+    body = {
+        "status": status,
+        "config_version": gateway.config_version,
+        "pid": os.getpid(),  # with serve --workers N: which worker answered
+        "deployments": deployments,
+    }
     return Response(body, status_code=200 if ready else 503)
 
 

@@ -27,6 +27,7 @@ from gateway.http.guard import RequestGuard
 from gateway.http.middleware import RequestContextMiddleware, add_request_id
 from gateway.http.reload import ConfigWatcher
 from gateway.http.serving import Services
+from gateway.http.ui import UI_ROUTES
 from gateway.ingress.store import ResponseStore
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
@@ -57,12 +58,15 @@ def create_app(
     tel = telemetry or Telemetry()
     gw.tracer = tel.tracer
     tel.watch(lambda: gw.backends, lambda: gw.breakers)
+    tel.configure(frozenset(settings.config.models))  # the model label's values
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        tel.start_tracing()  # an OTEL_* setting it cannot honour stops the start here
         store = open_store(settings.state)
         services = _services(store, settings.config)
         gw.on_reload.append(lambda config: _reconfigure(services, config))
+        gw.on_reload.append(lambda config: tel.configure(frozenset(config.models)))
         app.state.gateway, app.state.telemetry, app.state.services = gw, tel, services
         await gw.start()
         watcher = None
@@ -96,7 +100,7 @@ def create_app(
             tel.shutdown()
 
     return Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, *UI_ROUTES],
         lifespan=[lifespan],
         # the guard first: a request it refuses is never parsed
         middleware=[

@@ -63,6 +63,9 @@ class EdgeLimits:
     max_in_flight: int = 1024
 
 
+_BODY_WINDOW = 1 << 20  # bytes of request body read ahead of the app
+
+
 class Edge:
     """What the connections of one server share: their count, the idle ones, the refusals."""
 
@@ -272,8 +275,17 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
-        if not self._refused:
-            super().on_body(body)
+        # uvicorn pauses reading once 64 KB of body wait for the app, which then resumes
+        # it: a round trip through the loop (and a copy of the window) per 64 KB. The
+        # body is read whole anyway (up to the body limit), so the window is 1 MB.
+        cycle = self.cycle
+        upgrading = self.parser.should_upgrade() and self._should_upgrade()
+        if self._refused or upgrading or cycle.response_complete:
+            return
+        cycle.body += body
+        if len(cycle.body) > _BODY_WINDOW:
+            self.flow.pause_reading()
+        cycle.message_event.set()
 
     def on_message_complete(self) -> None:
         if self._refused:

@@ -12,24 +12,23 @@ load balancers and probes keep working while its figures need the master key.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
 import time
 from typing import Any
 
 import structlog
 from litestar.datastructures import MutableScopeHeaders
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
-from opentelemetry import trace
+from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 
+from backends.http.upstream import REQUEST_CONTEXT
 from gateway.errors import AuthenticationError
 from gateway.telemetry.instruments import Telemetry
+from gateway.telemetry.propagation import new_request_id, read_incoming
+from gateway.telemetry.spans import annotate_server_span, start_server_span
+from gateway.telemetry.tracing import RequestTrace, finish_client_spans
 
 log = structlog.get_logger("shunter.access")
-_VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 MAX_LOG_FIELD = 256
 CLIENT_GONE = 499  # nginx's "client closed request": nobody was left to answer
 
@@ -39,7 +38,7 @@ def request_id_of(scope: Scope) -> str:
     state = scope.setdefault("state", {})
     request_id: str | None = state.get("request_id")
     if request_id is None:
-        request_id = _incoming_id(scope) or f"req_{os.urandom(16).hex()}"
+        request_id = read_incoming(scope["headers"]).request_id or new_request_id()
         state["request_id"] = request_id
     return request_id
 
@@ -51,11 +50,15 @@ async def add_request_id(message: Message, scope: Scope) -> None:
 
 
 class RequestContextMiddleware:
-    """Binds the request id to log lines and logs one line when the body is done.
+    """Binds the request id (and trace id) to log lines, carries the client's trace
+    context on to the upstreams, and logs one line when the body is done.
 
     Handlers add facts (model, deployment, tokens, TTFT) to ``scope["state"]["log"]``; the
     line is written after the last byte, so a stream's line carries its real duration.
-    Keys and prompts are never logged.
+    Keys and prompts are never logged. With spans recorded, the request gets a server span
+    continuing the client's trace, and each upstream attempt a client span under it
+    (:mod:`gateway.telemetry.tracing`); without, the client's ``traceparent`` reaches the
+    upstream as it came, at the cost of reading one more header.
     """
 
     def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
@@ -72,9 +75,22 @@ class RequestContextMiddleware:
             scope["state"]["log"] = {}
             await _guarded(self.app, scope, receive, send)
             return
-        request_id = request_id_of(scope)
+        incoming = read_incoming(scope["headers"])
+        request_id = incoming.request_id or new_request_id()
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
         facts: dict[str, Any] = {}
-        scope["state"]["log"] = facts
+        state["log"] = facts
+        telemetry = self.telemetry
+        if telemetry.tracing:
+            traced = RequestTrace(operation, facts, request_id, incoming, telemetry.tracer)
+            await self._traced(scope, receive, send, traced)
+            return
+        traced = RequestTrace(operation, facts, request_id, incoming)
+        ids = {"request_id": request_id}
+        if incoming.traceparent is not None:
+            ids["trace_id"] = incoming.traceparent[3:35]
+        upstream = REQUEST_CONTEXT.set(incoming.passed_through(request_id))
         status = 0
         started = time.perf_counter()
 
@@ -84,32 +100,78 @@ class RequestContextMiddleware:
                 status = message["status"]
             await send(message)
 
-        telemetry = self.telemetry
-        span_cm = (
-            telemetry.tracer.start_as_current_span(operation, kind=trace.SpanKind.SERVER)
-            if telemetry.tracing
-            else contextlib.nullcontext(trace.INVALID_SPAN)
-        )
-        with span_cm as span:
-            bound = structlog.contextvars.bind_contextvars(**_ids(request_id, span))
-            try:
+        bound = structlog.contextvars.bind_contextvars(**ids)
+        try:
+            with traced:
                 await self.app(scope, receive, send_recording_status)
-            finally:
-                if not status:  # nothing was sent
-                    status = CLIENT_GONE if "client_gone" in facts else 500
-                duration = time.perf_counter() - started
-                telemetry.record(facts, status, duration)
-                if telemetry.tracing:
-                    _annotate(span, operation, facts, status, request_id)
-                log.info(
-                    "request",
-                    method=_clip(scope["method"]),
-                    path=scope["path"],
-                    status=status,
-                    duration_ms=round(duration * 1000, 2),
-                    **_clipped(facts),
-                )
-                structlog.contextvars.reset_contextvars(**bound)
+        finally:
+            REQUEST_CONTEXT.reset(upstream)
+            self._done(scope, traced, status, time.perf_counter() - started)
+            structlog.contextvars.reset_contextvars(**bound)
+
+    async def _traced(
+        self, scope: Scope, receive: Receive, send: Send, traced: RequestTrace
+    ) -> None:
+        """Serve one request under its server span; the body read and the answer's first
+        and last bytes are kept for the span's GenAI attributes."""
+        span = start_server_span(traced, scope)
+        context = span.get_span_context()
+        ids = {"request_id": traced.request_id, "trace_id": f"{context.trace_id:032x}"}
+        upstream = REQUEST_CONTEXT.set(traced.upstream_headers(span))
+        status = 0
+        started = time.perf_counter()
+
+        async def receive_keeping_body() -> ReceiveMessage:
+            message = await receive()
+            if message["type"] == "http.request":
+                traced.body.append(message.get("body", b""))
+            return message
+
+        async def send_keeping_answer(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                traced.answer.add(message.get("body", b""))
+            await send(message)
+
+        bound = structlog.contextvars.bind_contextvars(**ids)
+        try:
+            with traced:
+                await self.app(scope, receive_keeping_body, send_keeping_answer)
+        finally:
+            REQUEST_CONTEXT.reset(upstream)
+            duration = time.perf_counter() - started
+            status = self._done(scope, traced, status, duration)
+            usage = _usage(traced.facts)
+            finish_client_spans(traced, usage, bool(traced.facts.get("stream")))
+            annotate_server_span(span, traced, status, usage, self.telemetry.models)
+            span.end()
+            structlog.contextvars.reset_contextvars(**bound)
+
+    def _done(self, scope: Scope, traced: RequestTrace, status: int, duration: float) -> int:
+        """Record the finished request and write its line; the status it ended with."""
+        facts = traced.facts
+        if not status:  # nothing was sent
+            status = CLIENT_GONE if "client_gone" in facts else 500
+        self.telemetry.record(facts, status, duration, traced.operation, traced)
+        log.info(
+            "request",
+            method=_clip(str(scope.get("method", ""))),
+            path=scope["path"],
+            status=status,
+            duration_ms=round(duration * 1000, 2),
+            **_clipped(facts),
+        )
+        return status
+
+
+def _usage(facts: dict[str, Any]) -> dict[str, Any]:
+    usage = {
+        "gen_ai.usage.input_tokens": facts.get("prompt_tokens"),
+        "gen_ai.usage.output_tokens": facts.get("completion_tokens"),
+    }
+    return {k: v for k, v in usage.items() if v is not None}
 
 
 def _clip(value: str) -> str:
@@ -183,13 +245,6 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def _ids(request_id: str, span: trace.Span) -> dict[str, str]:
-    context = span.get_span_context()
-    if not context.is_valid:  # traces are off: no id to correlate with
-        return {"request_id": request_id}
-    return {"request_id": request_id, "trace_id": f"{context.trace_id:032x}"}
-
-
 _OPERATIONS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "text_completion",
@@ -197,35 +252,3 @@ _OPERATIONS = {
     "/v1/messages": "messages",
     "/v1/embeddings": "embeddings",
 }
-
-
-def _annotate(
-    span: trace.Span, operation: str, facts: dict[str, Any], status: int, request_id: str
-) -> None:
-    """GenAI semantic-convention attributes on the request's server span."""
-    model = facts.get("model")
-    if model:
-        span.update_name(f"{operation} {model}")
-    attributes = {
-        "gen_ai.operation.name": operation,
-        "gen_ai.request.model": model,
-        "gen_ai.request.stream": facts.get("stream"),
-        "gen_ai.usage.input_tokens": facts.get("prompt_tokens"),
-        "gen_ai.usage.output_tokens": facts.get("completion_tokens"),
-        "http.response.status_code": status,
-        "shunter.request_id": request_id,
-        "shunter.route.deployment": facts.get("deployment"),
-        "shunter.route.reason": facts.get("route"),
-    }
-    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
-    if status >= 400:
-        span.set_attribute("error.type", str(status))
-        span.set_status(trace.StatusCode.ERROR)
-
-
-def _incoming_id(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"x-request-id":
-            text = value.decode("latin-1")
-            return text if _VALID_ID.match(text) else None
-    return None

@@ -17,6 +17,7 @@ import dataclasses
 import gc
 import resource
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -70,8 +71,11 @@ def serve(
     port: int,
     drain_timeout_s: float,
     limits: EdgeLimits | None = None,
+    sock: socket.socket | None = None,
 ) -> int:
-    """Run until signalled; the exit code is 0 after a clean drain."""
+    """Run until signalled; the exit code is 0 after a clean drain. ``sock``: an already
+    listening socket to serve (a worker of :mod:`gateway.http.workers`) instead of binding
+    ``host:port``."""
     config = EdgeConfig(
         app,
         fit_descriptors(limits or EdgeLimits()),
@@ -85,7 +89,7 @@ def serve(
     gc.collect()
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)
-    server.run()
+    server.run(sockets=None if sock is None else [sock])
     return 0 if server.started else 1
 
 

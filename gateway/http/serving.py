@@ -36,8 +36,11 @@ from gateway.admission.admit import Admission, AdmissionTicket, RequestFacts
 from gateway.admission.cache import ResponseCache, chat_chunks, completion_chunks
 from gateway.admission.keys import KeyInfo
 from gateway.dispatch.attempts import Candidate
+from gateway.dispatch.cascade import CascadeReport, cascade_headers
+from gateway.dispatch.resume import Resume
 from gateway.dispatch.router import Gateway, OpenedStream
 from gateway.dispatch.routing import describe_request
+from gateway.dispatch.stall import stall_guard
 from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
 from gateway.http.asgi import ClientWatch, EventStream, JSONBody
 from gateway.ingress.store import ResponseStore
@@ -49,6 +52,7 @@ from gateway.protocol import (
     EmbeddingRequest,
     EmbeddingResponse,
     Usage,
+    jsonio,
 )
 from gateway.protocol.frames import Framed, FrameStream, RawChatBackend
 from gateway.protocol.sse import DONE, error_frame, frame
@@ -92,7 +96,9 @@ class Endpoint(Generic[Req, Whole]):
     ``whole`` / ``stream`` run it on one backend; ``render`` writes a whole answer (and a
     cache hit of ``cached``); ``replay`` writes a cache hit as a stream; ``end`` gives the
     last bytes of a stream: after a complete one, or the in-band error frames after a
-    failure. ``x_api_key``: the key may come in ``x-api-key`` (Anthropic's header)."""
+    failure. ``x_api_key``: the key may come in ``x-api-key`` (Anthropic's header).
+    ``framed``: its streams are OpenAI chunk frames, which a resume can read back (the
+    translated APIs are resumed through their translator instead)."""
 
     operation: str
     parse: Callable[[bytes], Req]
@@ -106,11 +112,12 @@ class Endpoint(Generic[Req, Whole]):
     render: Callable[[Req, Whole], Awaitable[bytes]]
     prepare: Callable[[Services, KeyInfo, Req], Awaitable[None]] | None = None
     x_api_key: bool = False
+    framed: bool = False
 
 
 async def dump(_: object, answer: BaseModel) -> bytes:
     """A whole answer as JSON (``render`` of the APIs whose answers are the backends')."""
-    return answer.model_dump_json().encode()
+    return jsonio.to_json(answer)
 
 
 def _openai_end(body: Served, opened: OpenedStream, failure: GatewayError | None) -> bytes:
@@ -143,6 +150,7 @@ CHAT: Endpoint[ChatCompletionRequest, ChatCompletion] = Endpoint(
     lambda body, hit: _replay(chat_chunks(hit), body.include_usage()),
     _openai_end,
     dump,
+    framed=True,
 )
 COMPLETION: Endpoint[CompletionRequest, Completion] = Endpoint(
     "text_completion",
@@ -155,6 +163,7 @@ COMPLETION: Endpoint[CompletionRequest, Completion] = Endpoint(
     lambda body, hit: _replay(completion_chunks(hit), body.include_usage()),
     _openai_end,
     dump,
+    framed=True,
 )
 
 
@@ -176,7 +185,7 @@ class Services:
 def parse_body(model: type[M], body: bytes) -> M:
     """Validate a request body; errors become 400s naming the offending ``param``."""
     try:
-        return model.model_validate_json(body)
+        return jsonio.validate_json(model, body)
     except ValidationError as exc:
         raise request_error(exc) from exc
 
@@ -199,7 +208,7 @@ def taking_work(gateway: Gateway) -> Gateway:
 
 
 def json_response(model: BaseModel, headers: dict[str, str]) -> JSONBody:
-    return JSONBody(model.model_dump_json().encode(), headers)
+    return JSONBody(jsonio.to_json(model), headers)
 
 
 async def handle(
@@ -363,16 +372,20 @@ async def _serve(
             route=opened.reason,
             ttft_ms=_ms_since(started),
         )
+        chosen = opened.candidate  # the headers name it, whoever continues the stream
+        resume = Resume.begin(gateway, opened, chat, admit, facts, endpoint.framed)
 
         async def settle(usage: Usage | None) -> None:
             opened.attempt.finish(usage.completion_tokens if usage else None)
-            facts.update(await _settled(admission, ticket, opened.candidate, usage))
+            cost = resume.cost(usage) if resume is not None else None
+            facts.update(await _settled(admission, ticket, chosen, usage, cost, opened.cascade))
 
         def end(failure: GatewayError | None) -> bytes:
             return endpoint.end(body, opened, failure)
 
-        frames = _sse(opened, facts, settle, end)
-        headers = {**_route_headers(opened.candidate, opened.reason), **admission.headers(ticket)}
+        frames = _sse(opened, facts, settle, end, resume)
+        headers = {**_route_headers(chosen, opened.reason), **admission.headers(ticket)}
+        headers.update(cascade_headers(opened.cascade, chosen.settings.price, None))
         return EventStream(frames, headers)
 
     routed = await gateway.call(
@@ -380,10 +393,11 @@ async def _serve(
     )
     chosen, result = routed.candidate, routed.value
     facts.update(deployment=chosen.settings.name, route=routed.reason)
-    facts.update(await _settled(admission, ticket, chosen, result.usage))
+    facts.update(await _settled(admission, ticket, chosen, result.usage, None, routed.cascade))
     if cache_key is not None and isinstance(result, endpoint.cached):
         await cache.put(cache_key, result)
     headers = {**_route_headers(chosen, routed.reason), **admission.headers(ticket)}
+    headers.update(cascade_headers(routed.cascade, chosen.settings.price, result.usage))
     return JSONBody(await endpoint.render(body, result), headers)
 
 
@@ -417,12 +431,24 @@ async def _embed(
 
 
 async def _settled(
-    admission: Admission, ticket: AdmissionTicket, chosen: Candidate, usage: Usage | None
+    admission: Admission,
+    ticket: AdmissionTicket,
+    chosen: Candidate,
+    usage: Usage | None,
+    cost: float | None = None,
+    cascade: CascadeReport | None = None,
 ) -> dict[str, Any]:
+    """Settle the ticket at ``cost`` (by default ``usage`` at ``chosen``'s price), with the
+    answers a cascade judged and dropped on the way."""
+    if cascade is not None and cascade.steps:
+        bill = cascade.bill(chosen.settings.price, usage, cost)
+        await admission.settle(ticket, bill.usage, bill.cost_usd)
+        return bill.facts
     if usage is None:
         await admission.settle(ticket, None)
         return {}
-    cost = cost_usd(chosen.settings.price, usage.prompt_tokens, usage.completion_tokens)
+    if cost is None:
+        cost = cost_usd(chosen.settings.price, usage.prompt_tokens, usage.completion_tokens)
     await admission.settle(ticket, usage, cost)
     return {
         "prompt_tokens": usage.prompt_tokens,
@@ -436,14 +462,32 @@ async def _sse(
     facts: dict[str, Any],
     on_end: Callable[[Usage | None], Awaitable[None]],
     end: Callable[[GatewayError | None], bytes],
+    resume: Resume | None = None,
 ) -> AsyncIterator[bytes]:
-    """Write frames as they come, then the endpoint's ending; a failure after the first
-    byte becomes the endpoint's in-band error frames."""
-    stream, failure = opened.rest, None
+    """Write frames as they come, then the endpoint's ending. A failure after the first
+    byte is continued on another candidate where ``resume`` can; otherwise it becomes the
+    endpoint's in-band error frames."""
+    stream, failure = stall_guard(opened.rest, opened.candidate), None
+    sent = resume.sent if resume is not None else None  # references only: parsed on failure
     try:
         yield opened.first
-        async for data in stream:
-            yield data
+        while True:
+            try:
+                if sent is None:
+                    async for data in stream:
+                        yield data
+                else:
+                    async for data in stream:
+                        sent.append(data)
+                        yield data
+                break
+            except Exception as exc:
+                continued = await resume.after(exc, stream) if resume is not None else None
+                if continued is None:
+                    raise
+                stream = continued
+            assert resume is not None
+            yield resume.note
     except GatewayError as exc:
         failure = exc
     except Exception:

@@ -3,8 +3,10 @@
 :class:`ChunkTranslator` is a :class:`~gateway.protocol.frames.FrameStream`: dispatch pulls
 its first frame to decide that a deployment has answered, so nothing is written before the
 upstream's first chunk has arrived (retries and fallback stay possible until then); the
-opening events of the API go out with that first chunk. Subclasses say what each chunk
-becomes (:meth:`feed`), what opens and closes the stream, and the in-band error frames.
+opening events of the API go out with that first chunk. A source that fails mid-stream can
+be replaced by its continuation (:meth:`ChunkTranslator.resume_with`). Subclasses say what
+each chunk becomes (:meth:`feed`), what opens and closes the stream, and the in-band error
+frames.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class ChunkTranslator:
         self.usage: Usage | None = None
         self.usage_frame: bytes | None = None  # the closing events carry the usage
         self.model: str | None = None
+        self.delivered: list[ChatCompletionChunk] | None = []
+        """The chunks turned into events so far, for a stream that may be resumed
+        (:mod:`gateway.dispatch.resume`); set to ``None`` to keep none."""
 
     def __aiter__(self) -> ChunkTranslator:
         return self
@@ -56,12 +61,19 @@ class ChunkTranslator:
                 break
             if chunk.choices:
                 frames.extend(self.feed(chunk))
+                if self.delivered is not None:
+                    self.delivered.append(chunk)
         return b"".join(frames)
 
     async def aclose(self) -> None:
         close = getattr(self._chunks, "aclose", None)
         if close is not None:
             await close()
+
+    def resume_with(self, chunks: AsyncIterator[ChatCompletionChunk]) -> None:
+        """Go on with ``chunks`` in place of a source that failed mid-stream: the events
+        continue as if one source had sent both (the caller closes the failed one)."""
+        self._chunks = chunks
 
     async def drain(self) -> list[bytes]:
         """Every frame, for a whole answer replayed as a stream (a cache hit)."""

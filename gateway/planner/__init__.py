@@ -13,6 +13,7 @@ from gateway.planner.hf_config import count_parameters, shape_from_hf_config
 from gateway.planner.plan import MemoryPlan, estimate_overhead, plan_memory
 from gateway.planner.render import plan_table
 from gateway.planner.shape import KV_DTYPE_BYTES, ModelShape, kv_dtype_bytes
+from gateway.planner.size import ModelSize, size_of_hf_dir, size_of_shape
 
 __all__ = [
     "KV_DTYPE_BYTES",
@@ -20,6 +21,7 @@ __all__ = [
     "DeviceKind",
     "MemoryPlan",
     "ModelShape",
+    "ModelSize",
     "count_parameters",
     "discover_devices",
     "estimate_overhead",
@@ -29,4 +31,6 @@ __all__ = [
     "shape_from_gguf",
     "shape_from_hf_config",
     "shape_from_reader",
+    "size_of_hf_dir",
+    "size_of_shape",
 ]

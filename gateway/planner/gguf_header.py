@@ -34,11 +34,13 @@ class SkippedList:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor of the table: its name, size in bytes and offset in the data section."""
+    """One tensor of the table: its name, size in bytes, offset in the data section and
+    number of elements (parameters)."""
 
     name: str
     n_bytes: int
     offset: int
+    elements: int = 0
 
 
 @dataclass(frozen=True)
@@ -137,4 +139,4 @@ class _Cursor:
         elements = 1
         for dim in dims:
             elements *= dim
-        return TensorInfo(name, elements * type_size // block, offset)
+        return TensorInfo(name, elements * type_size // block, offset, elements)

@@ -10,7 +10,7 @@ Sliding-window layers are counted at full context (an upper bound).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +27,19 @@ def shape_from_gguf(path: str | os.PathLike[str]) -> ModelShape:
             f"the file is cut short: {header.missing_bytes} bytes of tensor data are missing "
             f"({header.file_size} bytes on disk)"
         )
-    tensors = [(t.name, t.n_bytes) for t in header.tensors]
+    tensors = [(t.name, t.n_bytes, t.elements) for t in header.tensors]
     return _shape(header.fields, tensors, default_name=Path(path).name)
 
 
 def shape_from_reader(reader: Any, default_name: str = "model") -> ModelShape:
     """Describe the model held by an open ``gguf.GGUFReader``."""
     fields = {key: field.contents() for key, field in reader.fields.items()}
-    tensors = [(str(t.name), int(t.n_bytes)) for t in reader.tensors]
+    tensors = [(str(t.name), int(t.n_bytes), int(t.n_elements)) for t in reader.tensors]
     return _shape(fields, tensors, default_name)
 
 
 def _shape(
-    fields: Mapping[str, Any], tensors: Iterable[tuple[str, int]], default_name: str
+    fields: Mapping[str, Any], tensors: Sequence[tuple[str, int, int]], default_name: str
 ) -> ModelShape:
     arch = str(_value(fields, "general.architecture"))
     n_layers = int(_value(fields, f"{arch}.block_count"))
@@ -50,7 +50,8 @@ def _shape(
     default_head_dim = (embd // max(heads)) if embd and max(heads) else 0
     key_length = _optional_int(fields, f"{arch}.attention.key_length") or default_head_dim
     value_length = _optional_int(fields, f"{arch}.attention.value_length") or default_head_dim
-    layer_bytes, other_bytes = _weights(tensors, n_layers)
+    layer_bytes, other_bytes = _weights(((n, b) for n, b, _ in tensors), n_layers)
+    parameters, active = _parameters(fields, arch, tensors)
     name = fields.get("general.name")
     return ModelShape(
         name=str(name) if name else default_name,
@@ -64,6 +65,8 @@ def _shape(
         embedding_length=embd,
         vocab_size=_vocab_size(fields, arch),
         source="gguf",
+        parameters=parameters,
+        active_parameters=active,
     )
 
 
@@ -97,6 +100,21 @@ def _weights(tensors: Iterable[tuple[str, int]], n_layers: int) -> tuple[tuple[i
         else:
             other += n_bytes
     return tuple(per_layer), other
+
+
+def _parameters(
+    fields: Mapping[str, Any], arch: str, tensors: Sequence[tuple[str, int, int]]
+) -> tuple[int | None, int | None]:
+    """All parameters, and the active ones of a mixture of experts (``None`` if dense)."""
+    total = sum(elements for _, _, elements in tensors)
+    if not total:
+        return None, None
+    experts = _optional_int(fields, f"{arch}.expert_count") or 0
+    used = _optional_int(fields, f"{arch}.expert_used_count") or 0
+    expert_weights = sum(e for name, _, e in tensors if "_exps." in name or name.endswith("_exps"))
+    if experts <= 1 or not used or not expert_weights:
+        return total, None
+    return total, total - expert_weights + expert_weights * min(used, experts) // experts
 
 
 def _vocab_size(fields: Mapping[str, Any], arch: str) -> int | None:

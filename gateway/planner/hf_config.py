@@ -31,16 +31,29 @@ _UNGATED = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "gpt
 
 @dataclass(frozen=True)
 class ParamCount:
-    """Parameters per layer (linear and other) and outside the layers."""
+    """Parameters per layer (linear and other) and outside the layers. ``layer_experts``:
+    the routed experts' part of ``layer_linear`` (0 for a dense model), of which a token uses
+    ``experts_used`` of ``experts``."""
 
     layer_linear: int
     layer_other: int
     embeddings: int
     head: int
+    layer_experts: int = 0
+    experts: int = 0
+    experts_used: int = 0
 
     def total(self, n_layers: int) -> int:
         """All parameters of the model."""
         return n_layers * (self.layer_linear + self.layer_other) + self.embeddings + self.head
+
+    def active(self, n_layers: int) -> int | None:
+        """The parameters one token uses in a mixture of experts; ``None`` when dense (or
+        when the config does not say how many experts a token uses)."""
+        if not self.layer_experts or not self.experts_used or self.experts <= 1:
+            return None
+        unused = self.layer_experts * (self.experts - self.experts_used) // self.experts
+        return self.total(n_layers) - n_layers * unused
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -60,20 +73,29 @@ def count_parameters(config: Mapping[str, Any]) -> ParamCount:
     layer_linear = attention + _mlp_params(cfg, hidden)
     embeddings = vocab * hidden
     tied = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
+    experts = _experts(cfg)
+    per_expert = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
     return ParamCount(
         layer_linear=layer_linear,
         layer_other=2 * hidden,
         embeddings=embeddings,
         head=hidden + (0 if tied else vocab * hidden),
+        layer_experts=experts * 3 * hidden * per_expert,
+        experts=experts,
+        experts_used=int(cfg.get("num_experts_per_tok") or 0),
+    )
+
+
+def _experts(cfg: Mapping[str, Any]) -> int:
+    return int(
+        cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
     )
 
 
 def _mlp_params(cfg: Mapping[str, Any], hidden: int) -> int:
     matrices = 2 if cfg.get("model_type") in _UNGATED else 3
     intermediate = int(cfg.get("intermediate_size") or 4 * hidden)
-    experts = int(
-        cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
-    )
+    experts = _experts(cfg)
     if not experts:
         return matrices * hidden * intermediate
     per_expert = int(cfg.get("moe_intermediate_size") or intermediate)
@@ -161,4 +183,6 @@ def shape_from_hf_config(
         embedding_length=hidden,
         vocab_size=int(cfg["vocab_size"]) if cfg.get("vocab_size") else None,
         source="hf-config" if weights_bytes is not None else "hf-config (estimated weights)",
+        parameters=params.total(n_layers),
+        active_parameters=params.active(n_layers),
     )

@@ -61,6 +61,11 @@ class ModelShape:
     embedding_length: int | None = None
     vocab_size: int | None = None
     source: str = ""
+    parameters: int | None = None
+    """Every weight, counted once (tied embeddings once); ``None`` when not known."""
+    active_parameters: int | None = None
+    """For a mixture of experts: the weights one token uses (the routed experts' share of
+    the expert weights, plus everything else); ``None`` for a dense model."""
 
     def __post_init__(self) -> None:
         if len(self.kv_heads) != self.n_layers or len(self.layer_bytes) != self.n_layers:

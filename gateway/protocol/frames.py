@@ -111,14 +111,15 @@ def _json_frame(chunk: dict[str, Any]) -> bytes:
     )
 
 
-class Deadline:
-    """Ends a frame stream with a timeout error (sent in-band) past ``total_s``."""
+class Wrapped:
+    """Base of a frame stream that watches another: its usage is the inner stream's."""
 
-    def __init__(self, inner: FrameStream, total_s: float, deployment: str) -> None:
-        self._inner = inner
-        self._total_s = total_s
-        self._deadline = time.monotonic() + total_s
-        self._deployment = deployment
+    _inner: FrameStream
+
+    @property
+    def inner(self) -> FrameStream:
+        """The stream this one watches."""
+        return self._inner
 
     @property
     def usage(self) -> Usage | None:
@@ -127,6 +128,16 @@ class Deadline:
     @property
     def usage_frame(self) -> bytes | None:
         return self._inner.usage_frame
+
+
+class Deadline(Wrapped):
+    """Ends a frame stream with a timeout error (sent in-band) past ``total_s``."""
+
+    def __init__(self, inner: FrameStream, total_s: float, deployment: str) -> None:
+        self._inner = inner
+        self._total_s = total_s
+        self._deadline = time.monotonic() + total_s
+        self._deployment = deployment
 
     def __aiter__(self) -> Deadline:
         return self

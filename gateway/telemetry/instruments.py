@@ -2,30 +2,29 @@
 
 Nothing here is global: each app owns a :class:`Telemetry` with its own Prometheus registry
 and tracer provider. Traces are exported only when the standard ``OTEL_*`` variables ask
-for it (``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, or
-``OTEL_TRACES_EXPORTER=console``); ``OTEL_SDK_DISABLED=true`` turns them off.
+for it (:mod:`gateway.telemetry.exporters`).
+
+Every label value is bounded by construction: ``operation`` is one of the API operations,
+``model`` a public model name of the config (any other name a client sends counts as
+``unknown``), ``deployment`` a deployment of the config (``-`` when the request reached
+none), ``step`` a policy step's name.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SimpleSpanProcessor,
-    SpanExporter,
-)
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from backends.base import Backend
+from gateway.telemetry.collectors import LiveCollector
+from gateway.telemetry.exporters import tracer_provider
+from gateway.telemetry.recent import RecentDecisions
+from gateway.telemetry.tracing import RequestTrace, deciding_step
 
 TTFT_BUCKETS = (
     0.001,
@@ -48,83 +47,156 @@ TTFT_BUCKETS = (
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5)
 DURATION_BUCKETS = tuple(0.01 * 2**i for i in range(14))  # 0.01 … 81.92 s
 TOKEN_BUCKETS = tuple(4**i for i in range(14))  # 1 … 67108864
+UNKNOWN_MODEL = "unknown"
+NO_DEPLOYMENT = "-"
+_LABELS = ("operation", "model", "deployment")
 
 
 class Telemetry:
-    """The app's metrics registry and tracer."""
+    """The app's metrics registry, tracer and recent route decisions."""
 
     def __init__(self, span_exporter: SpanExporter | None = None) -> None:
         self.registry = CollectorRegistry()
-        labels = ("model", "deployment")
         self.requests = Counter(
             "shunter_requests",
             "API requests by outcome",
-            (*labels, "status"),
+            (*_LABELS, "status"),
             registry=self.registry,
         )
         self.ttft = Histogram(
             "gen_ai_server_time_to_first_token_seconds",
             "Time to first streamed token",
-            labels,
+            _LABELS,
             buckets=TTFT_BUCKETS,
             registry=self.registry,
         )
         self.tpot = Histogram(
             "gen_ai_server_time_per_output_token_seconds",
             "Time per output token after the first",
-            labels,
+            _LABELS,
             buckets=TPOT_BUCKETS,
             registry=self.registry,
         )
         self.duration = Histogram(
             "gen_ai_server_request_duration_seconds",
             "End-to-end request duration",
-            labels,
+            _LABELS,
             buckets=DURATION_BUCKETS,
             registry=self.registry,
         )
         self.tokens = Histogram(
             "gen_ai_client_token_usage",
             "Tokens per request",
-            (*labels, "gen_ai_token_type"),
+            (*_LABELS, "gen_ai_token_type"),
             buckets=TOKEN_BUCKETS,
             registry=self.registry,
         )
         self.cost = Counter(
-            "shunter_cost_usd", "Spend from deployment prices", labels, registry=self.registry
+            "shunter_cost_usd", "Spend from deployment prices", _LABELS, registry=self.registry
         )
-        self.tracer_provider, exporting = _tracer_provider(span_exporter)
-        # with nowhere to export, recording spans is pure cost on the request path
-        self._series: dict[tuple[str, str], _Series] = {}
-        self.tracer: Tracer = (
-            self.tracer_provider.get_tracer("shunter") if exporting else NoOpTracer()
+        self.decisions = Counter(
+            "shunter_route_decisions",
+            "Answered requests by the deployment that answered and the policy step that chose it",
+            ("model", "deployment", "step"),
+            registry=self.registry,
         )
-
-    @property
-    def tracing(self) -> bool:
+        self.resumes = Counter(
+            "shunter_resumes",
+            "Streams that failed mid-answer, by the deployment that failed, the cause and "
+            "the outcome (resumed on another candidate, failed, unresumable)",
+            ("deployment", "cause", "outcome"),
+            registry=self.registry,
+        )
+        self.cascades = Counter(
+            "shunter_cascade_steps",
+            "Judged cascade steps by the deployment judged and the outcome (served, escalated, "
+            "failed)",
+            ("model", "deployment", "outcome"),
+            registry=self.registry,
+        )
+        self.recent = RecentDecisions()
+        self.models: frozenset[str] = frozenset()
+        self._series: dict[tuple[str, str, str], _Series] = {}
+        self.tracer_provider: TracerProvider | None = None
+        self.tracer: Tracer = NoOpTracer()
+        self.tracing = False
         """Whether spans are recorded (some exporter is configured)."""
-        return tracing(self.tracer)
+        if span_exporter is not None:
+            self._use(*tracer_provider(span_exporter))
+
+    def start_tracing(self, environ: Mapping[str, str] | None = None) -> None:
+        """Export spans where the ``OTEL_*`` variables say (once; an exporter given at
+        construction wins). Raises :class:`~gateway.telemetry.exporters.TelemetryConfigError`
+        on a setting it cannot honour."""
+        if self.tracer_provider is None:
+            self._use(*tracer_provider(environ=environ))
+
+    def _use(self, provider: TracerProvider, exporting: bool) -> None:
+        self.tracer_provider = provider
+        # with nowhere to export, recording spans is pure cost on the request path
+        self.tracing = exporting
+        self.tracer = provider.get_tracer("shunter") if exporting else NoOpTracer()
+
+    def configure(self, models: frozenset[str]) -> None:
+        """The public model names that may appear as ``model`` label values."""
+        self.models = models
 
     def watch(
         self,
         backends: Callable[[], Mapping[str, Backend]],
         breakers: Callable[[], Mapping[str, Any]],
     ) -> None:
-        """Expose live backend figures (queue, slots, KV) and each deployment's breaker at
-        scrape time: its state, the fallbacks away from it by cause and its probes by result
-        (``breakers``: the dispatcher's circuit breakers, which keep those tallies)."""
-        self.registry.register(_LiveCollector(backends, breakers))
+        """Expose live backend figures (queue, slots, KV, rates, prefix hits, stalls) and
+        each deployment's breaker at scrape time: its state, the fallbacks away from it by
+        cause and its probes by result (``breakers``: the dispatcher's circuit breakers,
+        which keep those tallies)."""
+        self.registry.register(LiveCollector(backends, breakers))
 
-    def record(self, facts: Mapping[str, Any], status: int, duration_s: float) -> None:
-        """Record one finished API request from the facts its handler gathered."""
-        model = str(facts.get("model", "-"))
-        deployment = str(facts.get("deployment", "-"))
-        self.requests.labels(model, deployment, str(status)).inc()
-        if "deployment" not in facts:
-            return
-        series = self._series.get((model, deployment))
+    def model_label(self, model: object) -> str:
+        """``model`` if the config serves that public name, else ``unknown``."""
+        return model if isinstance(model, str) and model in self.models else UNKNOWN_MODEL
+
+    def record(
+        self,
+        facts: Mapping[str, Any],
+        status: int,
+        duration_s: float,
+        operation: str = "chat",
+        traced: RequestTrace | None = None,
+    ) -> None:
+        """Record one finished API request from the facts its handler gathered (and, with
+        ``traced``, the deployment it last tried and the route decision)."""
+        model = self.model_label(facts.get("model"))
+        answered = facts.get("deployment")
+        tried = traced.tried if traced is not None else None
+        deployment = str(answered or tried or NO_DEPLOYMENT)
+        self.requests.labels(operation, model, deployment, str(status)).inc()
+        for failed, cause, outcome in facts.get("resumes", ()):
+            self.resumes.labels(failed, cause, outcome).inc()
+        if facts.get("cascade"):
+            self._cascade(operation, model, facts["cascade"])
+        step = "-"
+        if answered is not None:
+            step = deciding_step(traced.decision if traced else None, answered)
+            self.decisions.labels(model, deployment, step).inc()
+            self._observe(operation, model, deployment, facts, duration_s)
+        if traced is not None:
+            self.recent.add(
+                traced.request_id, operation, facts, deployment, step, status, duration_s
+            )
+
+    def _observe(
+        self,
+        operation: str,
+        model: str,
+        deployment: str,
+        facts: Mapping[str, Any],
+        duration_s: float,
+    ) -> None:
+        key = (operation, model, deployment)
+        series = self._series.get(key)
         if series is None:
-            series = self._series[model, deployment] = _Series(self, model, deployment)
+            series = self._series[key] = _Series(self, key)
         series.duration.observe(duration_s)
         prompt, completion = facts.get("prompt_tokens"), facts.get("completion_tokens")
         if prompt is not None:
@@ -140,89 +212,25 @@ class Telemetry:
             if completion and completion > 1:
                 series.tpot.observe(max(0.0, duration_s - ttft_s) / (completion - 1))
 
+    def _cascade(self, operation: str, model: str, steps: list[dict[str, Any]]) -> None:
+        """Each judged step of a cascade; an answer judged and dropped counts its tokens and
+        dollars under the deployment that gave it."""
+        for step in steps:
+            deployment = step["deployment"]
+            self.cascades.labels(model, deployment, step["outcome"]).inc()
+            if "completion_tokens" in step:
+                key = (operation, model, deployment)
+                series = self._series.get(key) or self._series.setdefault(key, _Series(self, key))
+                series.input_tokens.observe(step["prompt_tokens"])
+                series.output_tokens.observe(step["completion_tokens"])
+                series.cost.inc(step["cost_usd"])
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
     def shutdown(self) -> None:
-        self.tracer_provider.shutdown()
-
-
-class _LiveCollector(Collector):
-    def __init__(
-        self,
-        backends: Callable[[], Mapping[str, Backend]],
-        breakers: Callable[[], Mapping[str, Any]],
-    ) -> None:
-        self._backends = backends
-        self._breakers = breakers
-
-    def collect(self) -> Iterable[Metric]:
-        queue = GaugeMetricFamily("shunter_queue_depth", "Requests waiting", labels=["deployment"])
-        in_flight = GaugeMetricFamily(
-            "shunter_in_flight", "Requests running or waiting", labels=["deployment"]
-        )
-        slots = GaugeMetricFamily(
-            "shunter_slots_busy", "Busy sequence slots", labels=["deployment"]
-        )
-        kv = GaugeMetricFamily(
-            "shunter_kv_cache_usage_ratio", "KV cache cells in use (0-1)", labels=["deployment"]
-        )
-        open_ = GaugeMetricFamily(
-            "shunter_deployment_cooled_down",
-            "1 while the breaker is open",
-            labels=["deployment"],
-        )
-        loaded = GaugeMetricFamily(
-            "shunter_model_loaded",
-            "1 while a local model loaded on demand is in memory",
-            labels=["deployment"],
-        )
-        breakers = self._breakers()
-        yield from _breaker_families(breakers)
-        for name, backend in self._backends().items():
-            stats = backend.stats()
-            queue.add_metric([name], stats.queue_depth)
-            in_flight.add_metric([name], stats.in_flight)
-            if stats.slots_busy is not None:
-                slots.add_metric([name], stats.slots_busy)
-            if stats.kv_used is not None and stats.kv_total:
-                kv.add_metric([name], stats.kv_used / stats.kv_total)
-            if stats.loaded is not None:
-                loaded.add_metric([name], 1.0 if stats.loaded else 0.0)
-            breaker = breakers.get(name)
-            if breaker is not None:
-                open_.add_metric([name], 1.0 if breaker.state == "open" else 0.0)
-        yield from (queue, in_flight, slots, kv, open_, loaded)
-
-
-def _breaker_families(breakers: Mapping[str, Any]) -> Iterable[Metric]:
-    """Breaker state (one series per state, 1 for the current one), fallbacks away from each
-    deployment by cause, and background probes by result. Label values come from the
-    config (deployment names) and fixed sets (states, causes, results) only."""
-    state = GaugeMetricFamily(
-        "shunter_breaker_state",
-        "1 for the breaker's current state (closed, open, half_open)",
-        labels=["deployment", "state"],
-    )
-    fallbacks = CounterMetricFamily(
-        "shunter_fallbacks",
-        "Requests that left a deployment for the next candidate, by cause",
-        labels=["deployment", "cause"],
-    )
-    probes = CounterMetricFamily(
-        "shunter_breaker_probes",
-        "Background health probes of open deployments, by result",
-        labels=["deployment", "result"],
-    )
-    for name, breaker in breakers.items():
-        current = breaker.state
-        for each in ("closed", "open", "half_open"):
-            state.add_metric([name, each], 1.0 if each == current else 0.0)
-        for cause, count in sorted(breaker.fallbacks.items()):
-            fallbacks.add_metric([name, cause], count)
-        for result, count in sorted(breaker.probes.items()):
-            probes.add_metric([name, result], count)
-    return state, fallbacks, probes
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
 
 
 def tracing(tracer: Tracer) -> bool:
@@ -230,41 +238,14 @@ def tracing(tracer: Tracer) -> bool:
     return not isinstance(tracer, NoOpTracer)
 
 
-def _tracer_provider(exporter: SpanExporter | None) -> tuple[TracerProvider, bool]:
-    """The provider, and whether it exports anything."""
-    disabled = os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true"
-    service = os.environ.get("OTEL_SERVICE_NAME", "shunter")
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    if exporter is not None:
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        return provider, True
-    configured = None if disabled else _exporter_from_env()
-    if configured is not None:
-        provider.add_span_processor(BatchSpanProcessor(configured))
-    return provider, configured is not None
-
-
-def _exporter_from_env() -> SpanExporter | None:
-    kind = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").lower()
-    if kind == "console":
-        return ConsoleSpanExporter()
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
-    if kind != "otlp" or not endpoint:
-        return None
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter()  # reads the OTEL_EXPORTER_OTLP_* variables itself
-
-
 class _Series:
-    """The per-(model, deployment) children of the request metrics, looked up once."""
+    """The per-(operation, model, deployment) children of the request metrics, looked up
+    once."""
 
-    def __init__(self, telemetry: Telemetry, model: str, deployment: str) -> None:
-        self.duration = telemetry.duration.labels(model, deployment)
-        self.input_tokens = telemetry.tokens.labels(model, deployment, "input")
-        self.output_tokens = telemetry.tokens.labels(model, deployment, "output")
-        self.cost = telemetry.cost.labels(model, deployment)
-        self.ttft = telemetry.ttft.labels(model, deployment)
-        self.tpot = telemetry.tpot.labels(model, deployment)
+    def __init__(self, telemetry: Telemetry, key: tuple[str, str, str]) -> None:
+        self.duration = telemetry.duration.labels(*key)
+        self.input_tokens = telemetry.tokens.labels(*key, "input")
+        self.output_tokens = telemetry.tokens.labels(*key, "output")
+        self.cost = telemetry.cost.labels(*key)
+        self.ttft = telemetry.ttft.labels(*key)
+        self.tpot = telemetry.tpot.labels(*key)

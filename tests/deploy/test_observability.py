@@ -28,7 +28,16 @@ _BY = re.compile(r"by \(([^)]*)\)\s*\((?:rate|increase)?\(?((?:shunter|gen_ai)_[
 class _Backend:
     def stats(self) -> LiveStats:
         return LiveStats(
-            in_flight=2, queue_depth=1, slots_busy=1, slots_total=2, kv_used=3, kv_total=4
+            in_flight=2,
+            queue_depth=1,
+            slots_busy=1,
+            slots_total=2,
+            kv_used=3,
+            kv_total=4,
+            prefill_tokens_per_s=900.0,
+            decode_tokens_per_s=40.0,
+            prefix_hit_rate=0.5,
+            prefix_hit_tokens=64,
         )
 
 
@@ -137,7 +146,8 @@ def test_scaling_queries_ask_for_exported_metrics(exported: dict[str, set[str]])
 
 
 def test_dashboard_covers_the_operator_questions() -> None:
-    """TTFT, TPOT, throughput, errors, cost and KV use, each per deployment."""
+    """TTFT, TPOT, throughput, errors, cost, KV use, route decisions and engine figures,
+    each per deployment."""
     by_deployment = [q for q in dashboard_queries() if re.search(r"by \([^)]*deployment", q)]
     wanted = {
         "TTFT": "gen_ai_server_time_to_first_token_seconds_bucket",
@@ -147,6 +157,11 @@ def test_dashboard_covers_the_operator_questions() -> None:
         "cost": "shunter_cost_usd_total",
         "KV use": "shunter_kv_cache_usage_ratio",
         "queue depth": "shunter_queue_depth",
+        "route decisions": "shunter_route_decisions_total",
+        "fallbacks": "shunter_fallbacks_total",
+        "prefill rate": "shunter_prefill_tokens_per_second",
+        "decode rate": "shunter_decode_tokens_per_second",
+        "prefix hits": "shunter_prefix_cache_hit_ratio",
     }
     for question, needle in wanted.items():
         assert any(needle in q for q in by_deployment), f"no per-deployment {question} panel"

@@ -117,6 +117,9 @@ def test_registry_covers_issue_primitives() -> None:
         "affinity",
         "slo",
         "first",
+        "smallest",
+        "largest",
+        "size",
     }
     assert all(p.summary for p in builtin_primitives().values())
 

@@ -19,65 +19,35 @@ import json
 import threading
 from typing import Any
 
+from tests.fixtures.loopback import LoopbackServer
+
 FIREHOSE_TEXT = "x" * 16384
 
 
-class LeakyUpstream:
+class LeakyUpstream(LoopbackServer):
     """The server, in a thread with its own loop; use it as a context manager."""
 
     def __init__(self, mode: str = "401") -> None:
+        super().__init__()
         self.mode = mode
-        self.port = 0
         self.requests: list[dict[str, str]] = []
         self.hung_up = threading.Event()
         self.chunks_sent = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> LeakyUpstream:
-        ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve(ready)))
-        self._thread.daemon = True
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("leaky upstream did not start")
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(10)
-
-    async def _serve(self, ready: threading.Event) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
-        self.port = server.sockets[0].getsockname()[1]
-        ready.set()
-        async with server:
-            await self._stop.wait()
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {
-                    k.strip().lower(): v.strip()
-                    for k, _, v in (line.partition(":") for line in lines[1:] if line)
-                }
-                await reader.readexactly(int(headers.get("content-length", "0")))
-                self.requests.append(headers)
-                await self._answer(headers, reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
+    async def answer(
+        self,
+        request_line: str,
+        headers: dict[str, str],
+        body: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.requests.append(headers)
+        await self._answer(headers, reader, writer)
 
     async def _answer(
         self, headers: dict[str, str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter

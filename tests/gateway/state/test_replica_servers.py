@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -51,17 +49,6 @@ def replicas(
     stop_server(second)
 
 
-def create_key(redis: RedisServer, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "keys", "create", "--redis-url", redis.url, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return result.stdout.strip().splitlines()[-1]
-
-
 def chat(server: Server, key: str) -> httpx.Response:
     return httpx.post(
         f"{server.api}/chat/completions",
@@ -74,7 +61,7 @@ def chat(server: Server, key: str) -> httpx.Response:
 def test_a_key_rpm_limit_is_shared_exactly(
     redis: RedisServer, replicas: tuple[Server, Server]
 ) -> None:
-    key = create_key(redis, "--name", "shared", "--rpm", "4")
+    key = redis.create_key("--name", "shared", "--rpm", "4")
     statuses = [chat(replicas[i % 2], key) for i in range(8)]
     codes = [r.status_code for r in statuses]
     assert codes.count(200) == 4 and codes.count(429) == 4
@@ -88,7 +75,7 @@ def test_unknown_key_is_401_and_model_outside_the_key_is_403(
     redis: RedisServer, replicas: tuple[Server, Server]
 ) -> None:
     assert chat(replicas[0], "sk-shunter-not-a-key").status_code == 401
-    key = create_key(redis, "--name", "narrow", "--models", "other")
+    key = redis.create_key("--name", "narrow", "--models", "other")
     denied = chat(replicas[1], key)
     assert denied.status_code == 403
     assert set(denied.json()["error"]) == {"message", "type", "param", "code"}

@@ -80,7 +80,7 @@ def test_metrics_endpoint_is_parseable_and_counts(client: TestClient) -> None:  
         if s.name == "shunter_requests_total"
     }
     assert requests[("m", "200")] == 1
-    assert requests[("zz", "404")] == 1
+    assert requests[("unknown", "404")] == 1  # a name the config does not serve
     queue = families["shunter_queue_depth"].samples
     assert [(s.labels["deployment"], s.value) for s in queue] == [("a", 0.0)]
     assert "gen_ai_server_request_duration_seconds" in families

