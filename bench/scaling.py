@@ -278,10 +278,18 @@ def fleet_config(upstream: int, deployments: int, policy: str, size: int, chunks
     return "\n".join(lines) + "\n"
 
 
+LINES = {
+    # one accented word a line: the whole prompt is then a non-ASCII string, as one
+    # accent, emoji or non-Latin name anywhere in a real conversation makes it
+    "mixed": "def handler(request): return relay(request, déjà_vu=True)  # a line of code\n",
+    "ascii": "def handler(request): return relay(request, deja_vu=True)  # a line of code\n",
+}
+CONTENT = {"kind": "mixed"}  # --ascii switches it
+
+
 def _text(size: int) -> str:
-    """``size`` bytes of prose-like UTF-8: mostly ASCII, one accented word a line, as
-    source code and English text are."""
-    line = "def handler(request): return relay(request, déjà_vu=True)  # a line of code\n"
+    """About ``size`` bytes of code-like UTF-8."""
+    line = LINES[CONTENT["kind"]]
     return (line * (size // len(line.encode()) + 1))[: size - size // 80]
 
 
@@ -493,6 +501,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", help="sweeps: prompt,fleet,fleet5,chunks,response,workers")
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests")
+    parser.add_argument("--ascii", action="store_true", help="prompts of ASCII text only")
     parser.add_argument("--redis-url", help="for the workers sweep")
     parser.add_argument("--plot", type=Path, help="write an SVG of the sweeps")
     args = parser.parse_args()
@@ -500,6 +509,7 @@ def main() -> int:
         run_upstream(args.upstream)
         return 0
 
+    CONTENT["kind"] = "ascii" if args.ascii else "mixed"
     trees = {"this": args.tree}
     if args.baseline is not None:
         trees = {"baseline": args.baseline, "this": args.tree}

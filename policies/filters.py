@@ -38,6 +38,16 @@ class Healthy(FilterStep):
 
     def __init__(self, args: HealthyArgs | None = None) -> None:
         self.args = args or HealthyArgs()
+        self.reads_live = self.args.max_error_rate is not None
+
+    def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
+        """:meth:`check`'s verdict alone."""
+        facts = cand.facts
+        until = facts.cooled_down_until
+        if (until is not None and until > ctx.now) or not facts.healthy:
+            return False
+        cap = self.args.max_error_rate
+        return cap is None or not cand.live.error_rate > cap
 
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
         """Pass a healthy deployment; badness of a failed one is when it last failed."""
@@ -68,9 +78,22 @@ class Capable(FilterStep):
 
     name = "capable"
     args_model = NoArgs
+    reads_live = False
 
     def __init__(self, args: NoArgs | None = None) -> None:
         self.args = args or NoArgs()
+
+    def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
+        """:meth:`check`'s verdict alone."""
+        req, caps = ctx.request, cand.facts.capabilities
+        if (
+            (req.needs_tools and not caps.tools)
+            or (req.needs_json_schema and not caps.json_schema)
+            or (req.has_images and not caps.images)
+        ):
+            return False
+        context = caps.context_length
+        return context is None or not req.prompt_tokens + (req.max_tokens or 0) > context
 
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
         """Check tools, json_schema, images and prompt + max_tokens against the context
@@ -107,9 +130,15 @@ class FitsMemory(FilterStep):
 
     name = "fits_memory"
     args_model = FitsMemoryArgs
+    reads_live = False
 
     def __init__(self, args: FitsMemoryArgs | None = None) -> None:
         self.args = args or FitsMemoryArgs()
+
+    def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
+        """:meth:`check`'s verdict alone."""
+        fit = cand.facts.fit
+        return fit is None or fit in self.args.allow
 
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
         """Pass when the planner's fit class is allowed or there is no plan (remote API)."""

@@ -42,6 +42,11 @@ class Cheapest(RankStep):
     def __init__(self, args: NoArgs | None = None) -> None:
         self.args = args or NoArgs()
 
+    def key(self, ctx: RouteContext, cand: Candidate) -> float:
+        """:meth:`score`'s key alone."""
+        cost = estimate_cost_usd(ctx.request, cand)
+        return math.inf if cost is None else cost
+
     def score(self, ctx: RouteContext, cand: Candidate) -> Score:
         """Estimated request cost in dollars."""
         cost = estimate_cost_usd(ctx.request, cand)
@@ -118,6 +123,7 @@ class Weighted(RankStep):
 
     name = "weighted"
     args_model = NoArgs
+    reads_live = False
 
     def __init__(self, args: NoArgs | None = None) -> None:
         self.args = args or NoArgs()
@@ -145,6 +151,7 @@ class Affinity(RankStep):
 
     name = "affinity"
     args_model = NoArgs
+    reads_live = False
 
     def __init__(self, args: NoArgs | None = None) -> None:
         self.args = args or NoArgs()
@@ -163,6 +170,8 @@ class First(RankStep):
 
     name = "first"
     args_model = NoArgs
+    reads_live = False
+    constant = True
 
     def __init__(self, args: NoArgs | None = None) -> None:
         self.args = args or NoArgs()

@@ -16,13 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from policies.facts import Candidate
 from policies.steps import (
     Check,
-    Entry,
     FilterStep,
     NoArgs,
     RankStep,
     RouteContext,
     Score,
-    StepOutcome,
 )
 
 UNKNOWN = "size unknown"
@@ -50,9 +48,22 @@ class _BySize(RankStep):
     """Shared by ``smallest`` and ``largest``: unknown sizes rank last, and say so."""
 
     sign = 1.0
+    reads_live = False
 
     def __init__(self, args: NoArgs | None = None) -> None:
         self.args = args or NoArgs()
+
+    def key(self, ctx: RouteContext, cand: Candidate) -> float:
+        """:meth:`score`'s key alone."""
+        size = cand.facts.params_b
+        return math.inf if size is None else self.sign * size
+
+    def remark(self, ctx: RouteContext, cands: list[Candidate]) -> str | None:
+        """Names the candidates of unknown size."""
+        unknown = [c.name for c in cands if c.facts.params_b is None]
+        if unknown:
+            return f"{self.name}: {UNKNOWN} for {', '.join(unknown)}, ranked last"
+        return None
 
     def score(self, ctx: RouteContext, cand: Candidate) -> Score:
         """``params_b`` (negated for ``largest``); unknown: ``inf``."""
@@ -60,14 +71,6 @@ class _BySize(RankStep):
         if size is None:
             return Score(math.inf, f"{UNKNOWN} (ranks after known sizes)")
         return Score(self.sign * size, describe_size(cand))
-
-    def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
-        """Score every entry; name the ones of unknown size in a remark."""
-        outcome = super().apply(ctx, entries)
-        unknown = [e.candidate.name for e in entries if e.candidate.facts.params_b is None]
-        if unknown:
-            outcome.remark = f"{self.name}: {UNKNOWN} for {', '.join(unknown)}, ranked last"
-        return outcome
 
 
 class Smallest(_BySize):
@@ -107,9 +110,18 @@ class Size(FilterStep):
 
     name = "size"
     args_model = SizeArgs
+    reads_live = False
 
     def __init__(self, args: SizeArgs) -> None:
         self.args = args
+
+    def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
+        """:meth:`check`'s verdict alone."""
+        size = cand.facts.params_b
+        if size is None:
+            return True
+        low, high = self.args.min_b, self.args.max_b
+        return not ((low is not None and size < low) or (high is not None and size > high))
 
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
         """Compare ``params_b`` with the bounds."""

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from policies.facts import Candidate
 from policies.outcome import StepNote
 from policies.predict import predict_tpot_ms, predict_ttft_ms
-from policies.steps import Entry, RouteContext, Step, StepOutcome
+from policies.steps import Entry, FastOutcome, RouteContext, Step, StepOutcome
 
 _MEETS, _UNKNOWN = 0.0, 1.0
 
@@ -111,6 +111,31 @@ class Slo(Step):
                 entry.notes[-1] = StepNote(self.name, "drop", entry.notes[-1].detail)
             return StepOutcome(kept=hopeful, dropped=missers)
         return self._none_meets(entries)
+
+    def apply_fast(self, ctx: RouteContext, cands: list[Candidate]) -> FastOutcome:
+        """:meth:`apply`'s tiers and survivors; the least-bad's note only when rescued."""
+        args = self.args
+        keys = [estimate(ctx, cand, args).key for cand in cands]
+        everyone = list(range(len(cands)))
+        if any(key <= _UNKNOWN for key in keys):
+            if args.mode == "demote":
+                return FastOutcome(everyone, keys=keys)
+            kept = [i for i, key in enumerate(keys) if key <= _UNKNOWN]
+            dropped = [i for i, key in enumerate(keys) if key > _UNKNOWN]
+            return FastOutcome(kept, dropped, keys=keys)
+        best = min(everyone, key=lambda i: (keys[i], i))
+        remark = f"slo: none predicted to meet, least-bad {cands[best].name}"
+        if args.mode == "demote":
+            return FastOutcome(everyone, keys=keys, remark=remark)
+        detail = _detail(estimate(ctx, cands[best], args), args)
+        rescued = StepNote(self.name, "rescued", f"least-bad: {detail}")
+        rest = [i for i in everyone if i != best]
+        return FastOutcome([best], rest, keys, remark, {best: rescued})
+
+    def note(self, ctx: RouteContext, cand: Candidate) -> StepNote:
+        """A score note with the predictions."""
+        est = estimate(ctx, cand, self.args)
+        return StepNote(self.name, "score", _detail(est, self.args), est.key)
 
     def _none_meets(self, entries: list[Entry]) -> StepOutcome:
         if not entries:

@@ -58,6 +58,19 @@ class StepOutcome:
     remark: str | None = None
 
 
+@dataclass
+class FastOutcome:
+    """What a step leaves behind on the fast path, by position in the list it was given:
+    survivors and newly dropped (in that list's order), each position's sort key (rankers
+    only), an optional remark, and the notes that differ from :meth:`Step.note` (a rescue)."""
+
+    kept: list[int]
+    dropped: list[int] = field(default_factory=list)
+    keys: list[float] | None = None
+    remark: str | None = None
+    special: dict[int, StepNote] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Check:
     """A filter's verdict on one candidate; ``badness`` orders last-resort rescue."""
@@ -80,10 +93,23 @@ class Step(ABC):
 
     name: ClassVar[str]
     args_model: ClassVar[type[BaseModel]] = NoArgs
+    reads_live: bool = True
+    """Whether the step looks at ``Candidate.live``: when no step does, the gateway need
+    not measure every deployment for a request. Safe default: yes."""
 
     @abstractmethod
     def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
         """Run over the surviving entries, adding notes (and scores) to them."""
+
+    def apply_fast(self, ctx: RouteContext, cands: list[Candidate]) -> FastOutcome | None:
+        """The same verdicts and keys as :meth:`apply`, without notes for everyone;
+        ``None`` (the default) means the step has no fast form (the policy then takes
+        the full path)."""
+        return None
+
+    def note(self, ctx: RouteContext, cand: Candidate) -> StepNote:
+        """The note :meth:`apply` leaves on a candidate it keeps without rescue."""
+        raise NotImplementedError(self.name)
 
     def describe(self) -> str:
         """The step as it would be written in YAML, for display."""
@@ -99,9 +125,39 @@ class FilterStep(Step):
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
         """Pass or drop one candidate, with a short reason."""
 
+    def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
+        """``check(...).ok`` without the detail; override where that is cheaper."""
+        return self.check(ctx, cand).ok
+
     def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
         """Drop failing entries; if none survive, apply :attr:`on_empty`."""
         return run_filter(self.name, self.on_empty, entries, lambda c: self.check(ctx, c))
+
+    def apply_fast(self, ctx: RouteContext, cands: list[Candidate]) -> FastOutcome | None:
+        """Verdicts only; details are written for the last-resort rescue alone. A
+        subclass that overrides :meth:`apply` alone gets the full path."""
+        if _own(self, FilterStep.apply, FilterStep.apply_fast):
+            return None
+        passes = self.passes
+        verdicts = [passes(ctx, cand) for cand in cands]
+        if all(verdicts):
+            return FastOutcome(list(range(len(cands))))
+        kept = [i for i, ok in enumerate(verdicts) if ok]
+        dropped = [i for i, ok in enumerate(verdicts) if not ok]
+        if kept:
+            return FastOutcome(kept, dropped)
+        if self.on_empty == "reject":
+            return FastOutcome([], dropped, remark=f"{self.name}: no candidate passes")
+        checks = [(self.check(ctx, cands[i]), i) for i in dropped]
+        best_check, best = min(checks, key=lambda pair: (pair[0].badness, pair[1]))
+        rescued = StepNote(self.name, "rescued", f"last resort: {best_check.detail}")
+        rest = [i for i in dropped if i != best]
+        remark = f"{self.name}: none passed, kept {cands[best].name}"
+        return FastOutcome([best], rest, remark=remark, special={best: rescued})
+
+    def note(self, ctx: RouteContext, cand: Candidate) -> StepNote:
+        """A pass note with the check's detail."""
+        return StepNote(self.name, "pass", self.check(ctx, cand).detail)
 
 
 class RankStep(Step):
@@ -111,13 +167,47 @@ class RankStep(Step):
     def score(self, ctx: RouteContext, cand: Candidate) -> Score:
         """Score one candidate; lower ranks first."""
 
+    constant: ClassVar[bool] = False
+    """Every candidate gets the same key (``first``): the fast path skips scoring."""
+
+    def key(self, ctx: RouteContext, cand: Candidate) -> float:
+        """``score(...).key`` without the detail; override where that is cheaper."""
+        return self.score(ctx, cand).key
+
+    def remark(self, ctx: RouteContext, cands: list[Candidate]) -> str | None:
+        """A policy-level remark about the scored candidates (none by default)."""
+        return None
+
+    def apply_fast(self, ctx: RouteContext, cands: list[Candidate]) -> FastOutcome | None:
+        """Keys only (none for a constant ranker). A subclass that overrides
+        :meth:`apply` alone gets the full path."""
+        if _own(self, RankStep.apply, RankStep.apply_fast):
+            return None
+        kept = list(range(len(cands)))
+        if self.constant:
+            return FastOutcome(kept, remark=self.remark(ctx, cands))
+        key = self.key
+        keys = [key(ctx, cand) for cand in cands]
+        return FastOutcome(kept, keys=keys, remark=self.remark(ctx, cands))
+
+    def note(self, ctx: RouteContext, cand: Candidate) -> StepNote:
+        """A score note."""
+        result = self.score(ctx, cand)
+        return StepNote(self.name, "score", result.detail, result.key)
+
     def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
         """Append each entry's score as its next sort key."""
         for entry in entries:
             result = self.score(ctx, entry.candidate)
             entry.keys.append(result.key)
             entry.notes.append(StepNote(self.name, "score", result.detail, result.key))
-        return StepOutcome(kept=entries)
+        return StepOutcome(kept=entries, remark=self.remark(ctx, [e.candidate for e in entries]))
+
+
+def _own(step: Step, apply: object, apply_fast: object) -> bool:
+    """Does ``step``'s class replace the base's ``apply`` without its own ``apply_fast``?"""
+    cls = type(step)
+    return cls.apply is not apply and cls.apply_fast is apply_fast
 
 
 def run_filter(

@@ -10,6 +10,7 @@ their type through the same table.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractContextManager, aclosing
@@ -100,8 +101,9 @@ class AnthropicBackend(NativeMessages):
     def settings(self) -> AnthropicSettings:
         return self._settings
 
-    @property
+    @functools.cached_property
     def capabilities(self) -> Capabilities:
+        """Built once: the settings are frozen, and routing reads this per request."""
         s = self._settings
         return Capabilities(
             chat=True,

@@ -25,6 +25,7 @@ Two stream paths:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractContextManager, aclosing
@@ -123,6 +124,7 @@ class OpenAICompatBackend:
         self._upstream: Upstream | None = None
         self._in_flight = 0
         self._remote: LiveStats | None = None
+        self._local_stats: LiveStats | None = None
         self._poller = Periodic(1.0, self._poll_worker)
         self._public_names: dict[str, bytes] = {}  # each as a JSON string, for the raw path
 
@@ -134,8 +136,9 @@ class OpenAICompatBackend:
     def settings(self) -> OpenAICompatSettings:
         return self._settings
 
-    @property
+    @functools.cached_property
     def capabilities(self) -> Capabilities:
+        """Built once: the settings are frozen, and routing reads this per request."""
         s = self._settings
         return Capabilities(
             chat=s.chat,
@@ -168,7 +171,12 @@ class OpenAICompatBackend:
 
     def stats(self) -> LiveStats:
         if self._remote is None:
-            return LiveStats(in_flight=self._in_flight)
+            # the same object while nothing changed: routing reads it per candidate per
+            # request and keeps what it derived from it while it is equal
+            idle = self._local_stats
+            if idle is None or idle.in_flight != self._in_flight:
+                idle = self._local_stats = LiveStats(in_flight=self._in_flight)
+            return idle
         return replace(self._remote, in_flight=max(self._in_flight, self._remote.in_flight))
 
     async def _poll_worker(self) -> None:

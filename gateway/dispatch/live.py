@@ -57,6 +57,9 @@ class DeploymentTracker:
     _departures: deque[float] = field(default_factory=deque)
     peers: list[dict[str, float | None]] = field(default_factory=list)
     """Other replicas' averages of this deployment (ewma_ttft_ms, ewma_itl_ms, ...)."""
+    _last: tuple[tuple[object, ...], LiveFigures] | None = field(default=None, repr=False)
+    """The figures last built and what they were built from: routing asks for every
+    candidate's figures per request, and most have not changed since."""
 
     def begin(self, prompt_tokens: int) -> Attempt:
         self.in_flight += 1
@@ -100,7 +103,21 @@ class DeploymentTracker:
         now = self.clock()
         while self._departures and now - self._departures[0] > WINDOW_S:
             self._departures.popleft()
-        return LiveFigures(
+        inputs = (
+            self.ewma_ttft_ms,
+            self.ewma_itl_ms,
+            self.ewma_service_ms,
+            self.error_rate,
+            self.in_flight,
+            self.prefill_backlog_tokens,
+            len(self._departures),
+            self.peers,
+            engine,
+        )
+        last = self._last
+        if last is not None and last[0] == inputs:
+            return last[1]
+        figures = LiveFigures(
             ewma_ttft_ms=self._blend("ewma_ttft_ms", self.ewma_ttft_ms),
             ewma_itl_ms=self._blend("ewma_itl_ms", self.ewma_itl_ms),
             ewma_service_ms=self._blend("ewma_service_ms", self.ewma_service_ms),
@@ -116,3 +133,5 @@ class DeploymentTracker:
             decode_tokens_per_s=engine.decode_tokens_per_s,
             prefill_backlog_tokens=max(0, self.prefill_backlog_tokens),
         )
+        self._last = inputs, figures
+        return figures

@@ -99,6 +99,7 @@ class Gateway:
         self.draining = False
         self.tracer: trace.Tracer = trace.NoOpTracer()
         self._describe = DeploymentDescriber()
+        self._candidates: tuple[tuple[object, ...], dict[str, Candidate]] = ((0, 0, 0, 0), {})
         self._retiring: set[asyncio.Task[None]] = set()
         self.on_reload: list[Callable[[GatewayConfig], None]] = []
         self.breakers = {name: new_breaker(config.reliability) for name in backends}
@@ -199,17 +200,13 @@ class Gateway:
         """Rank ``model``'s deployments for ``request`` with the route's policy."""
         route = self.route(model)
         facts = request or RequestFacts(prompt_tokens=0)
-        pool = self.policy_candidates(model)
-        decision = route.policy.route(facts, pool, now=time.monotonic())
+        pool = self.policy_candidates(model, live=route.policy.reads_live)
+        decision = route.policy.route(facts, pool, now=time.monotonic(), explain=False)
         note_decision(decision)
         if decision.chosen is None:
             raise nothing_can_serve(model, facts, pool, decision.reason())
-        backends, breakers, trackers = self.backends, self.breakers, self.trackers
-        ordered = [
-            Candidate(backends[n], self.config.deployment(n), breakers[n], trackers[n])
-            for n in decision.names
-        ]
-        candidates = ordered if route.fallback else ordered[:1]
+        names = decision.names if route.fallback else decision.names[:1]
+        candidates = self._candidates_of(names)
         trail = Trail()
         if decision.dropped:
             self._note_open_skipped(route, decision, trail)
@@ -223,12 +220,29 @@ class Gateway:
         )
 
     def _candidate(self, name: str) -> Candidate:
-        return Candidate(
-            self.backends[name],
-            self.config.deployment(name),
-            self.breakers[name],
-            self.trackers[name],
-        )
+        return self._candidates_of([name])[0]
+
+    def _candidates_of(self, names: list[str]) -> list[Candidate]:
+        """The deployments as dispatch holds them, each built once per config (a reload
+        replaces the config and the backend, breaker and tracker tables, never changing
+        them in place)."""
+        state = (self.config, self.backends, self.breakers, self.trackers)
+        held = self._candidates
+        if any(a is not b for a, b in zip(held[0], state, strict=True)):
+            held = self._candidates = (state, {})
+        built = held[1]
+        out = []
+        for name in names:
+            known = built.get(name)
+            if known is None:
+                known = built[name] = Candidate(
+                    self.backends[name],
+                    self.config.deployment(name),
+                    self.breakers[name],
+                    self.trackers[name],
+                )
+            out.append(known)
+        return out
 
     def _note_open_skipped(self, route: ModelRoute, decision: Decision, trail: Trail) -> None:
         """Candidates listed before the chosen one whose open breaker kept them out: the
@@ -268,19 +282,10 @@ class Gateway:
         breakers = self.breakers
         return {n: (b, breakers[n]) for n, b in self.backends.items() if n in breakers}
 
-    def policy_candidates(self, model: str) -> list[PolicyCandidate]:
-        """``model``'s deployments as routing sees them now: config, health, live figures."""
-        return [
-            self._describe(
-                self.config.deployment(name),
-                self.backends[name],
-                self.breakers[name],
-                self.trackers[name],
-                self.fits.get(name),
-                self.context_limits.get(name),
-            )
-            for name in self.route(model).candidates
-        ]
+    def policy_candidates(self, model: str, *, live: bool = True) -> list[PolicyCandidate]:
+        """``model``'s deployments as routing sees them now: config, health and (unless
+        ``live`` is false: the policy does not read them) live figures."""
+        return self._describe.pool(self.route(model).candidates, self, live=live)
 
     async def call(
         self,

@@ -11,10 +11,13 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from backends.base import Backend, Price
 from backends.registry import DeploymentConfig
+from gateway.config import GatewayConfig
+from gateway.dispatch.learned import ContextLimits
 from gateway.dispatch.live import DeploymentTracker
 from gateway.dispatch.reliability import CircuitBreaker
 from gateway.planner import ModelSize
@@ -28,10 +31,11 @@ _CHARS_PER_TOKEN = 4
 class DeploymentDescriber:
     """Each deployment as a policy candidate: configuration, health and live figures. The
     facts are rebuilt only when the deployment's configuration, capabilities, memory fit,
-    learned context length or breaker state changed; the live figures are read every time."""
+    learned context length or breaker state changed; the live figures are read only for a
+    policy that looks at them (``live``), and then from the tracker's own cache."""
 
     def __init__(self) -> None:
-        self._memo: dict[str, tuple[tuple[object, ...], CandidateFacts]] = {}
+        self._memo: dict[str, _Described] = {}
         self._sizes: dict[str, tuple[DeploymentConfig, ModelSize | None]] = {}
 
     def size(self, settings: DeploymentConfig) -> ModelSize | None:
@@ -47,6 +51,50 @@ class DeploymentDescriber:
         for settings in deployments:
             self.size(settings)
 
+    def pool(
+        self,
+        names: Sequence[str],
+        gateway: _Tables,
+        *,
+        live: bool = True,
+    ) -> list[PolicyCandidate]:
+        """:meth:`__call__` for each named deployment of ``gateway``, in one loop: with
+        hundreds of deployments per model this runs per request, so the check that a
+        deployment's facts still hold is written out here."""
+        memo_get, deployment = self._memo.get, gateway.config.deployment
+        backends, breakers, trackers = gateway.backends, gateway.breakers, gateway.trackers
+        fits, learned = gateway.fits.get, gateway.context_limits.get
+        out: list[PolicyCandidate] = []
+        for name in names:
+            settings, backend, breaker = deployment(name), backends[name], breakers[name]
+            memo = memo_get(name)
+            if (
+                memo is None
+                or (held := memo.inputs)[0] is not settings
+                or ((caps := backend.capabilities) is not held[1] and caps != held[1])
+                or held[2] != fits(name)
+                or held[3] != breaker.state
+                or held[4] != breaker.open_until
+                or held[5] != breaker.last_failure_at
+                or held[6] != learned(name)
+            ):
+                out.append(
+                    self(
+                        settings,
+                        backend,
+                        breaker,
+                        trackers[name],
+                        fits(name),
+                        learned(name),
+                        live=live,
+                    )
+                )
+            elif not live:
+                out.append(memo.bare)
+            else:
+                out.append(self._measured(memo, backend, trackers[name]))
+        return out
+
     def __call__(
         self,
         settings: DeploymentConfig,
@@ -55,9 +103,11 @@ class DeploymentDescriber:
         tracker: DeploymentTracker,
         fit: FitClass | None,
         learned_context: int | None = None,
+        *,
+        live: bool = True,
     ) -> PolicyCandidate:
         key = (
-            id(settings),
+            settings,
             backend.capabilities,
             fit,
             breaker.state,
@@ -66,11 +116,43 @@ class DeploymentDescriber:
             learned_context,
         )
         memo = self._memo.get(settings.name)
-        if memo is None or memo[0] != key:
+        if memo is None or memo.inputs != key:
             facts = _facts(settings, backend, breaker, fit, learned_context)
-            memo = key, _sized(facts, self.size(settings))
-            self._memo[settings.name] = memo
-        return PolicyCandidate(memo[1], tracker.figures(backend.stats()))
+            bare = PolicyCandidate(_sized(facts, self.size(settings)))
+            memo = self._memo[settings.name] = _Described(key, bare, bare)
+        if not live:
+            return memo.bare
+        return self._measured(memo, backend, tracker)
+
+    @staticmethod
+    def _measured(
+        memo: _Described, backend: Backend, tracker: DeploymentTracker
+    ) -> PolicyCandidate:
+        figures = tracker.figures(backend.stats())
+        if memo.measured.live is not figures:  # the tracker hands back the same if unchanged
+            memo.measured = PolicyCandidate(memo.bare.facts, figures)
+        return memo.measured
+
+
+class _Tables(Protocol):
+    """What :meth:`DeploymentDescriber.pool` reads of the gateway."""
+
+    config: GatewayConfig
+    backends: dict[str, Backend]
+    breakers: dict[str, CircuitBreaker]
+    trackers: dict[str, DeploymentTracker]
+    fits: dict[str, FitClass]
+    context_limits: ContextLimits
+
+
+@dataclass
+class _Described:
+    """A deployment's candidate, what its facts were built from, and the candidate with
+    the live figures last read."""
+
+    inputs: tuple[object, ...]
+    bare: PolicyCandidate
+    measured: PolicyCandidate
 
 
 def _facts(

@@ -13,13 +13,15 @@ the process's file descriptor limit when that cannot be raised far enough.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import gc
+import os
 import resource
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import FrameType
 
 import structlog
@@ -37,6 +39,16 @@ _RESERVED_FDS = 128
 # frozen out of collection, and the young generation collected every 10,000 allocations:
 # the collector's share of a small request drops from about a tenth to under 1%.
 _GC_THRESHOLDS = (10_000, 20, 50)
+# A request body, its decoded text and the body sent upstream are each as large as the
+# prompt. glibc serves allocations that large with fresh mmaps (first at 128 KiB, then up
+# to the largest size freed so far) and returns freed heap above 128 KiB to the system, so
+# every large prompt paid page faults for each of its buffers: about half the gateway's CPU
+# for a 1 MB prompt. Buffers below 32 MiB now come from the heap, and up to 128 MiB of
+# freed heap is kept for the next large request (resident memory stays at that high-water
+# mark). MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ in the environment win.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+_MMAP_THRESHOLD = 32 << 20
+_TRIM_THRESHOLD = 128 << 20
 
 
 class DrainingServer(uvicorn.Server):
@@ -89,6 +101,7 @@ def serve(
     gc.collect()
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)
+    keep_large_buffers()
     server.run(sockets=None if sock is None else [sock])
     return 0 if server.started else 1
 
@@ -113,3 +126,20 @@ def fit_descriptors(limits: EdgeLimits) -> EdgeLimits:
         reason=f"the file descriptor limit is {soft} (ulimit -n)",
     )
     return dataclasses.replace(limits, max_connections=fitted)
+
+
+def keep_large_buffers(environ: Mapping[str, str] = os.environ) -> bool:
+    """Let glibc reuse freed large buffers instead of mapping fresh pages for each large
+    request (see ``_MMAP_THRESHOLD``); False where it does not apply (not glibc, or the
+    environment sets malloc's thresholds itself)."""
+    if any(name in environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    mapped: int = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+    trimmed: int = mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+    return mapped == 1 and trimmed == 1
