@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
 from gateway.admission.limits import DeploymentLimitedError
 from gateway.config import ReliabilitySettings
@@ -63,18 +63,7 @@ Cause = Literal[
     "breaker_open",
     "limited",
 ]
-CAUSES: tuple[Cause, ...] = (
-    "context_length",
-    "rate_limited",
-    "overloaded",
-    "unavailable",
-    "stalled",
-    "timeout",
-    "cut",
-    "error",
-    "breaker_open",
-    "limited",
-)
+CAUSES: tuple[Cause, ...] = get_args(Cause)
 _BUSY: frozenset[Cause] = frozenset(("rate_limited", "overloaded"))
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from litestar.datastructures import MutableScopeHeaders
 from litestar.enums import ScopeType
-from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.http.upstream import REQUEST_CONTEXT
 from gateway.errors import AuthenticationError
@@ -112,20 +112,14 @@ class RequestContextMiddleware:
     async def _traced(
         self, scope: Scope, receive: Receive, send: Send, traced: RequestTrace
     ) -> None:
-        """Serve one request under its server span; the body read and the answer's first
-        and last bytes are kept for the span's GenAI attributes."""
+        """Serve one request under its server span; the answer's first and last bytes are
+        kept for the span's GenAI attributes."""
         span = start_server_span(traced, scope)
         context = span.get_span_context()
         ids = {"request_id": traced.request_id, "trace_id": f"{context.trace_id:032x}"}
         upstream = REQUEST_CONTEXT.set(traced.upstream_headers(span))
         status = 0
         started = time.perf_counter()
-
-        async def receive_keeping_body() -> ReceiveMessage:
-            message = await receive()
-            if message["type"] == "http.request":
-                traced.body.append(message.get("body", b""))
-            return message
 
         async def send_keeping_answer(message: Message) -> None:
             nonlocal status
@@ -138,7 +132,7 @@ class RequestContextMiddleware:
         bound = structlog.contextvars.bind_contextvars(**ids)
         try:
             with traced:
-                await self.app(scope, receive_keeping_body, send_keeping_answer)
+                await self.app(scope, receive, send_keeping_answer)
         finally:
             REQUEST_CONTEXT.reset(upstream)
             duration = time.perf_counter() - started

@@ -57,6 +57,7 @@ from gateway.protocol import (
 from gateway.protocol.frames import Framed, FrameStream, RawChatBackend
 from gateway.protocol.sse import DONE, error_frame, frame
 from gateway.protocol.validation import request_error
+from gateway.telemetry.tracing import note_request
 
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger("shunter.api")
@@ -185,9 +186,11 @@ class Services:
 def parse_body(model: type[M], body: bytes) -> M:
     """Validate a request body; errors become 400s naming the offending ``param``."""
     try:
-        return jsonio.validate_json(model, body)
+        parsed = jsonio.validate_json(model, body)
     except ValidationError as exc:
         raise request_error(exc) from exc
+    note_request(parsed)  # the span's sampling parameters, from this one parse
+    return parsed
 
 
 def request_facts(scope: Scope) -> dict[str, Any]:

@@ -1,18 +1,18 @@
 """OpenTelemetry GenAI attributes read from what a request and its answer carried.
 
 Only a gateway that records spans calls these: the request's sampling parameters come from
-its JSON body, and the answer's id, model and finish reasons from the first and last bytes
-sent to the client (a stream's frames are never parsed whole).
+the request as the request path parsed it (never parsed again), and the answer's id, model
+and finish reasons from the first and last bytes sent to the client (a stream's frames are
+never parsed whole).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
-MAX_PARSED_BODY = 1_000_000  # larger bodies are not parsed again just for their parameters
 _HEAD_BYTES = 4096
 _TAIL_BYTES = 2048
 _TAIL_FRAMES = 4
@@ -36,16 +36,8 @@ _RESPONSE_STATUS = re.compile(
 )
 
 
-def request_attributes(body: bytes) -> dict[str, Any]:
-    """``gen_ai.request.*`` from a request body (chat, completions, Responses, Messages)."""
-    if not body or len(body) > MAX_PARSED_BODY:
-        return {}
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return {}
-    if not isinstance(parsed, dict):
-        return {}
+def request_attributes(parsed: Mapping[str, Any]) -> dict[str, Any]:
+    """``gen_ai.request.*`` from a request's fields (chat, completions, Responses, Messages)."""
     out: dict[str, Any] = {}
     for attribute, fields in _NUMBERS:
         for field in fields:

@@ -68,8 +68,7 @@ def annotate_server_span(
         attributes["shunter.route.step"] = deciding_step(decision, facts.get("deployment"))
         attributes["shunter.route.candidates"] = decision.names
         attributes["shunter.route.dropped"] = [r.name for r in decision.dropped]
-    if traced.body:
-        attributes.update(traced.request_attributes())
+    attributes.update(traced.request_attributes())
     if status < 400:
         attributes.update(traced.answer.attributes())
     span.set_attributes({k: v for k, v in attributes.items() if v is not None})

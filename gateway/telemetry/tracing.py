@@ -25,10 +25,12 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, Trace
 
 from backends.http.upstream import REQUEST_CONTEXT
 from gateway.errors import GatewayError
-from gateway.telemetry.genai import MAX_PARSED_BODY, AnswerBytes, request_attributes
+from gateway.telemetry.genai import AnswerBytes, request_attributes
 from gateway.telemetry.propagation import Incoming, traceparent
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from backends.registry import DeploymentConfig
     from policies import Decision
 
@@ -45,7 +47,6 @@ class RequestTrace:
         "_token",
         "answer",
         "answered",
-        "body",
         "decision",
         "facts",
         "incoming",
@@ -72,9 +73,8 @@ class RequestTrace:
         self.span: trace.Span | None = None
         self.parent: Context | None = None
         self.answered: list[_Answered] = []
-        self.body: list[bytes] = []  # the request body as read, when spans are recorded
         self.answer = AnswerBytes()
-        self._request_attributes: dict[str, Any] | None = None
+        self._request_attributes: dict[str, Any] = {}
         self._token: Token[RequestTrace | None] | None = None
 
     def __enter__(self) -> RequestTrace:
@@ -86,12 +86,7 @@ class RequestTrace:
             _CURRENT.reset(self._token)
 
     def request_attributes(self) -> dict[str, Any]:
-        """The request's ``gen_ai.request.*`` parameters (its body, parsed once)."""
-        if self._request_attributes is None:
-            # a body too large to parse is not copied whole just to find out
-            too_large = sum(map(len, self.body)) > MAX_PARSED_BODY
-            body = b"" if too_large else b"".join(self.body)
-            self._request_attributes = request_attributes(body)
+        """The request's ``gen_ai.request.*`` parameters (see :func:`note_request`)."""
         return self._request_attributes
 
     def upstream_headers(self, span: trace.Span) -> dict[str, str]:
@@ -137,6 +132,15 @@ def remote_parent(incoming: Incoming) -> Context | None:
         trace_state=state,
     )
     return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def note_request(request: BaseModel) -> None:
+    """The parsed request's sampling parameters, kept for the spans of a request whose
+    spans are recorded (nothing is done for the others)."""
+    traced = _CURRENT.get()
+    if traced is not None and traced.span is not None:
+        fields = {**vars(request), **(request.model_extra or {})}
+        traced._request_attributes = request_attributes(fields)
 
 
 def note_decision(decision: Decision) -> None:

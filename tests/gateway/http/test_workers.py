@@ -22,10 +22,9 @@ HELLO = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(scope="module")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
+def redis(redis_server: RedisServer) -> RedisServer:
+    """The session's redis-server (keys here have names of their own)."""
+    return redis_server
 
 
 @pytest.fixture(scope="module")
