@@ -13,6 +13,10 @@ from gateway import __version__
 from gateway.cli import bench, calibrate, keys, models, routing, worker
 from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, warn_if_open
 
+# after its drain, the time a worker of `serve --workers N` has to close its backends and
+# the state store before the parent kills it
+_SHUTDOWN_GRACE_S = 15.0
+
 DESCRIPTION = (
     "Shunter: an OpenAI-compatible LLM gateway. Run it (serve), check a config "
     "(check-config), see how models fit memory (plan) and how requests route (route), "
@@ -160,7 +164,9 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"shunter serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
-    return Supervisor(run_one, sockets).run()
+    # the workers' drain, then their shutdown (closing backends and the store)
+    stop_timeout_s = args.drain_timeout + _SHUTDOWN_GRACE_S
+    return Supervisor(run_one, sockets, stop_timeout_s=stop_timeout_s).run()
 
 
 def _workers(value: str) -> int:

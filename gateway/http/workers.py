@@ -13,9 +13,10 @@ engines (each worker would load its own copy of the model into the same memory; 
 them with ``shunter worker`` and reach them as ``openai`` deployments instead).
 
 The parent only supervises. SIGTERM or SIGINT is passed to every worker as SIGTERM (each
-drains as a single process does); a worker that dies while the others serve is started
-again, unless it exited by itself during start-up, which stops them all with its exit
-status (a worker killed by a signal is always replaced).
+drains as a single process does), and a worker still running ``stop_timeout_s`` later is
+killed (exit status 1: its drain was stuck); a worker that dies while the others serve is
+started again, unless it exited by itself during start-up, which stops them all with its
+exit status (a worker killed by a signal is always replaced).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ log = structlog.get_logger("shunter.workers")
 # would only fail again
 _START_GRACE_S = 5.0
 _RESTART_DELAY_S = 1.0
+_POLL_S = 0.1
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def worker_count(value: str) -> int:
@@ -96,12 +99,15 @@ class Supervisor:
     run_worker: Callable[[socket.socket], int]
     sockets: list[socket.socket]
     children: dict[int, tuple[int, float]] = field(default_factory=dict)  # pid -> slot, start
+    stop_timeout_s: float = 60.0  # the workers' drain timeout plus their shutdown
     stopping: bool = False
+    stop_deadline: float = float("inf")
+    killed: set[int] = field(default_factory=set)
     status: int = 0
 
     def run(self) -> int:
         """Serve until every worker has exited; the exit status is the worst worker's."""
-        previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {sig: signal.signal(sig, self._stop) for sig in _STOP_SIGNALS}
         try:
             for slot in range(len(self.sockets)):
                 self._spawn(slot)
@@ -116,35 +122,44 @@ class Supervisor:
         return self.status
 
     def _spawn(self, slot: int) -> None:
-        pid = os.fork()
-        if pid == 0:  # the worker: its own process group, so a terminal's ^C reaches
-            code = 1  # only the parent, which passes SIGTERM on (one drain, not two)
-            try:
-                os.setpgid(0, 0)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                for index, sock in enumerate(self.sockets):
-                    if index != slot:
-                        sock.close()
-                code = self.run_worker(self.sockets[slot])
-            finally:
-                os._exit(code)
-        self.children[pid] = (slot, time.monotonic())
+        # a stop signal handled between the fork and the bookkeeping below would miss the
+        # new worker (and, in the worker, run the parent's handler): held back until both
+        # sides are set
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the worker: its own process group, so a terminal's ^C reaches
+                self._become_worker(slot)  # only the parent, which passes SIGTERM on
+            self.children[pid] = (slot, time.monotonic())
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+    def _become_worker(self, slot: int) -> None:
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            for sig in _STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            for index, sock in enumerate(self.sockets):
+                if index != slot:
+                    sock.close()
+            code = self.run_worker(self.sockets[slot])
+        finally:
+            os._exit(code)
 
     def _reap_one(self) -> None:
-        try:
-            pid, wait_status = os.wait()
-        except ChildProcessError:
-            self.children.clear()
+        waited = self._wait()
+        if waited is None:
             return
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-            return
+        pid, wait_status = waited
         if pid not in self.children:
             return
         slot, started = self.children.pop(pid)
         code = os.waitstatus_to_exitcode(wait_status)
         if self.stopping:
-            self.status = max(self.status, abs(code))
+            # one killed at the stop deadline exits 1 (a stuck drain), not -SIGKILL
+            self.status = max(self.status, 1 if pid in self.killed else abs(code))
             return
         log.error("worker_exited", pid=pid, code=code)
         if code > 0 and time.monotonic() - started < _START_GRACE_S:
@@ -154,10 +169,37 @@ class Supervisor:
             self._stop(signal.SIGTERM, None)
             return
         time.sleep(_RESTART_DELAY_S)
-        self._spawn(slot)
+        if not self.stopping:
+            self._spawn(slot)
+
+    def _wait(self) -> tuple[int, int] | None:
+        """The next worker to exit, or None after a short poll. Polled rather than waited
+        for, so that a worker still running at the stop deadline (its drain is stuck) is
+        killed: a blocking wait resumes after a signal handler and would wait on."""
+        try:
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            self.children.clear()
+            return None
+        if pid != 0:
+            return pid, wait_status
+        if time.monotonic() >= self.stop_deadline:
+            self._kill_stuck()
+        time.sleep(_POLL_S)
+        return None
+
+    def _kill_stuck(self) -> None:
+        for pid in list(self.children):
+            log.error("worker_drain_overrun", pid=pid, waited_s=self.stop_timeout_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self.killed.add(pid)
+        self.stop_deadline = float("inf")
 
     def _stop(self, sig: int, frame: FrameType | None) -> None:
-        self.stopping = True
+        if not self.stopping:
+            self.stopping = True
+            self.stop_deadline = time.monotonic() + self.stop_timeout_s
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
