@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from policies.facts import Candidate, RequestFacts
-from policies.outcome import Decision, Hedge, Ranked, StepNote
+from policies.outcome import Decision, Hedge, Ranked, RankedOrder, StepNote
 from policies.steps import RouteContext, Step
 
 NOTED = 2
@@ -60,18 +60,15 @@ def route_fast(
         return None
     order = _order(alive, columns)
 
-    def ranked(position: int) -> Ranked:
-        i = order[position]
+    def noted(i: int) -> Ranked:
         cand = candidates[i]
-        if position >= NOTED:
-            return Ranked(cand, ())
         notes = tuple(
             special.get((i, index)) or step.note(ctx, cand) for index, step in enumerate(steps)
         )
         return Ranked(cand, notes)
 
     return Decision(
-        ranked=tuple(ranked(position) for position in range(len(order))),
+        ranked=RankedOrder(tuple(noted(i) for i in order[:NOTED]), candidates, order),
         dropped=tuple(Ranked(candidates[i], ()) for i in dropped),
         remarks=tuple(remarks),
         hedge=hedge,

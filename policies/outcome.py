@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,9 +40,9 @@ class StepNote:
     score: float | None = None
 
 
-@dataclass(frozen=True)
-class Ranked:
-    """A candidate with the notes every step left on it, in step order."""
+class Ranked(NamedTuple):
+    """A candidate with the notes every step left on it, in step order. (A named tuple:
+    a decision over a large fleet builds one per candidate, and these cost the least.)"""
 
     candidate: Candidate
     notes: tuple[StepNote, ...]
@@ -55,6 +56,50 @@ class Ranked:
         """The scoring and rescue notes, short, for a header."""
         parts = [f"{n.step} {n.detail}" for n in self.notes if n.verdict in ("score", "rescued")]
         return ", ".join(parts)
+
+
+class RankedOrder(Sequence[Ranked]):
+    """Ranked candidates built as they are read: ``head`` (the noted ones), then
+    ``candidates[i]`` for each ``i`` of ``order`` after it, without notes. A request over
+    a large fleet reads the head (the chosen one, a fallback or two), so the rest is
+    never built."""
+
+    __slots__ = ("_candidates", "_head", "_order")
+
+    def __init__(
+        self, head: tuple[Ranked, ...], candidates: Sequence[Candidate], order: Sequence[int]
+    ) -> None:
+        self._head = head
+        self._candidates = candidates
+        self._order = order
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @overload
+    def __getitem__(self, index: int) -> Ranked: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> RankedOrder: ...
+
+    def __getitem__(self, index: int | slice) -> Ranked | RankedOrder:
+        if isinstance(index, slice):  # lazy too: a dispatcher takes "the rest" at each try
+            at = range(*index.indices(len(self._order)))
+            if at.step != 1:
+                picked = [self._order[i] for i in at]
+                return RankedOrder(tuple(self[i] for i in at), self._candidates, picked)
+            head, order = self._head[at.start : at.stop], self._order[at.start : at.stop]
+            return RankedOrder(head, self._candidates, order)
+        if index < 0:
+            index += len(self._order)
+        if index < len(self._head):
+            return self._head[index]
+        return Ranked(self._candidates[self._order[index]], ())  # IndexError past the end
+
+    def names(self) -> list[str]:
+        """The deployment names in order (no :class:`Ranked` built)."""
+        candidates = self._candidates
+        return [candidates[i].facts.name for i in self._order]
 
 
 @dataclass(frozen=True)
@@ -77,7 +122,7 @@ class Decision:
     policy-level notes such as "no candidate predicted to meet the SLO".
     """
 
-    ranked: tuple[Ranked, ...]
+    ranked: Sequence[Ranked]
     dropped: tuple[Ranked, ...]
     remarks: tuple[str, ...] = ()
     hedge: Hedge | None = None
@@ -90,7 +135,10 @@ class Decision:
     @property
     def names(self) -> list[str]:
         """Deployment names in the order to try them."""
-        return [r.name for r in self.ranked]
+        ranked = self.ranked
+        if isinstance(ranked, RankedOrder):
+            return ranked.names()
+        return [r.candidate.facts.name for r in ranked]
 
     def reason(self, max_chars: int = REASON_MAX_CHARS) -> str:
         """A one-line, ASCII reason, fit for an ``x-shunter-route`` header."""

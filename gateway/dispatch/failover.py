@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar, get_args
+from typing import Generic, Literal, TypeVar, get_args, overload
 
 from gateway.admission.limits import DeploymentLimitedError
 from gateway.config import ReliabilitySettings
@@ -46,7 +46,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
 )
 from gateway.telemetry.tracing import note_tried
-from policies import Hedge, RequestFacts
+from policies import Hedge, Ranked, RequestFacts
 
 T = TypeVar("T")
 Admit = Callable[[Candidate], Awaitable[None]]
@@ -110,11 +110,36 @@ class Trail:
         return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
 
+class InOrder(Sequence[Candidate]):
+    """The deployments of ranked policy candidates, looked up as they are read: most
+    requests read only the first (over a large fleet, the rest is never built)."""
+
+    __slots__ = ("_of", "_ranked")
+
+    def __init__(self, ranked: Sequence[Ranked], of: Callable[[str], Candidate]) -> None:
+        self._ranked = ranked
+        self._of = of
+
+    def __len__(self) -> int:
+        return len(self._ranked)
+
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> InOrder: ...
+
+    def __getitem__(self, index: int | slice) -> Candidate | InOrder:
+        if isinstance(index, slice):  # lazy too: the dispatcher takes "the rest" each try
+            return InOrder(self._ranked[index], self._of)
+        return self._of(self._ranked[index].candidate.facts.name)
+
+
 @dataclass(frozen=True)
 class Routing:
     """A policy's decision for one request: candidates in order, why, and what happened."""
 
-    candidates: list[Candidate]
+    candidates: Sequence[Candidate]
     reason: str
     request: RequestFacts
     hedge: Hedge | None = None

@@ -60,6 +60,14 @@ class ContextLimits:
             return None
         return entry[0]
 
+    def fresh(self) -> dict[str, int]:
+        """Every limit still fresh, by deployment name (the stale ones are forgotten)."""
+        if not self._limits:
+            return {}
+        now = self._clock()
+        self._limits = {n: entry for n, entry in self._limits.items() if now < entry[1]}
+        return {n: limit for n, (limit, _) in self._limits.items()}
+
     def learn(self, name: str, limit: int, ttl_s: float = LEARNED_TTL_S) -> None:
         """Record that ``name`` holds at most ``limit`` tokens (the smaller limit wins)."""
         current = self.get(name)

@@ -29,7 +29,7 @@ from backends.registry import DeploymentConfig
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.dispatch.attempts import Candidate, nothing_can_serve, within
 from gateway.dispatch.cascade import Cascade, CascadeReport
-from gateway.dispatch.failover import Admit, Failover, Routing, Trail
+from gateway.dispatch.failover import Admit, Failover, InOrder, Routing, Trail
 from gateway.dispatch.learned import ContextLimits
 from gateway.dispatch.live import Attempt, DeploymentTracker
 from gateway.dispatch.probing import Prober
@@ -205,8 +205,8 @@ class Gateway:
         note_decision(decision)
         if decision.chosen is None:
             raise nothing_can_serve(model, facts, pool, decision.reason())
-        names = decision.names if route.fallback else decision.names[:1]
-        candidates = self._candidates_of(names)
+        ranked = decision.ranked if route.fallback else decision.ranked[:1]
+        candidates = InOrder(ranked, self._candidate)
         trail = Trail()
         if decision.dropped:
             self._note_open_skipped(route, decision, trail)

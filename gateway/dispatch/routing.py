@@ -26,6 +26,7 @@ from policies import Candidate as PolicyCandidate
 from policies import CandidateFacts, Capabilities, FitClass, Pricing, RequestFacts
 
 _CHARS_PER_TOKEN = 4
+_ROWS_HELD = 4096
 
 
 class DeploymentDescriber:
@@ -36,6 +37,8 @@ class DeploymentDescriber:
 
     def __init__(self) -> None:
         self._memo: dict[str, _Described] = {}
+        self._tables: tuple[object, ...] = (None, None, None, None)
+        self._rows_of: dict[int, tuple[Sequence[str], list[_Row]]] = {}
         self._sizes: dict[str, tuple[DeploymentConfig, ModelSize | None]] = {}
 
     def size(self, settings: DeploymentConfig) -> ModelSize | None:
@@ -59,14 +62,13 @@ class DeploymentDescriber:
         live: bool = True,
     ) -> list[PolicyCandidate]:
         """:meth:`__call__` for each named deployment of ``gateway``, in one loop: with
-        hundreds of deployments per model this runs per request, so the check that a
-        deployment's facts still hold is written out here."""
-        memo_get, deployment = self._memo.get, gateway.config.deployment
-        backends, breakers, trackers = gateway.backends, gateway.breakers, gateway.trackers
-        fits, learned = gateway.fits.get, gateway.context_limits.get
+        hundreds of deployments per model this runs per request, so the deployments' tables
+        are looked up once per config and the check that a deployment's facts still hold
+        is written out here."""
+        memo_get, fits = self._memo.get, gateway.fits.get
+        learned = gateway.context_limits.fresh().get
         out: list[PolicyCandidate] = []
-        for name in names:
-            settings, backend, breaker = deployment(name), backends[name], breakers[name]
+        for name, settings, backend, breaker, tracker in self._rows(names, gateway):
             memo = memo_get(name)
             if (
                 memo is None
@@ -79,21 +81,29 @@ class DeploymentDescriber:
                 or held[6] != learned(name)
             ):
                 out.append(
-                    self(
-                        settings,
-                        backend,
-                        breaker,
-                        trackers[name],
-                        fits(name),
-                        learned(name),
-                        live=live,
-                    )
+                    self(settings, backend, breaker, tracker, fits(name), learned(name), live=live)
                 )
             elif not live:
                 out.append(memo.bare)
             else:
-                out.append(self._measured(memo, backend, trackers[name]))
+                out.append(self._measured(memo, backend, tracker))
         return out
+
+    def _rows(self, names: Sequence[str], gateway: _Tables) -> list[_Row]:
+        """``names`` with their settings, backend, breaker and tracker, built once per
+        config (a reload replaces the config and these tables, never changing them)."""
+        tables = (gateway.config, gateway.backends, gateway.breakers, gateway.trackers)
+        if any(a is not b for a, b in zip(self._tables, tables, strict=True)):
+            self._tables, self._rows_of = tables, {}
+        held = self._rows_of.get(id(names))
+        if held is not None and held[0] is names:
+            return held[1]
+        config, backends, breakers, trackers = tables
+        rows = [(n, config.deployment(n), backends[n], breakers[n], trackers[n]) for n in names]
+        if len(self._rows_of) >= _ROWS_HELD:  # names come from the config's routes; this
+            self._rows_of.clear()  # only bounds a caller that passes lists of its own
+        self._rows_of[id(names)] = names, rows
+        return rows
 
     def __call__(
         self,
@@ -143,6 +153,9 @@ class _Tables(Protocol):
     trackers: dict[str, DeploymentTracker]
     fits: dict[str, FitClass]
     context_limits: ContextLimits
+
+
+_Row = tuple[str, DeploymentConfig, Backend, CircuitBreaker, DeploymentTracker]
 
 
 @dataclass

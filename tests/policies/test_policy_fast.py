@@ -145,6 +145,14 @@ def assert_same(full: Decision, fast: Decision) -> None:
     assert fast.hedge == full.hedge
     for mine, theirs in zip(fast.ranked[:2], full.ranked[:2], strict=False):
         assert mine.notes == theirs.notes
+    # the fast order is built as it is read: one by one, from the end, and in slices (the
+    # dispatcher's "the rest" after each try) it reads as the full one
+    assert [r.name for r in fast.ranked] == full.names
+    assert [fast.ranked[-i].name for i in range(1, len(full.ranked) + 1)] == full.names[::-1]
+    for cut in range(len(full.ranked) + 1):
+        assert [r.name for r in fast.ranked[cut:]] == full.names[cut:]
+        assert [r.name for r in fast.ranked[cut:][1:]] == full.names[cut + 1 :]
+    assert [r.name for r in fast.ranked[::2]] == full.names[::2]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -185,3 +185,15 @@ def test_learned_limits_keep_the_smallest_and_expire() -> None:
     assert limits.get("a") == 8192
     now[0] = 10.0
     assert limits.get("a") is None
+
+
+def test_fresh_limits_are_the_unexpired_ones() -> None:
+    now = [0.0]
+    limits = ContextLimits(clock=lambda: now[0])
+    assert limits.fresh() == {}
+    limits.learn("a", 8192, ttl_s=10)
+    limits.learn("b", 4096, ttl_s=20)
+    assert limits.fresh() == {"a": 8192, "b": 4096}
+    now[0] = 10.0
+    assert limits.fresh() == {"b": 4096}
+    assert limits.get("a") is None and limits.remaining_s("a") == 0.0

@@ -45,6 +45,7 @@ def test_decisions_over_a_thousand_deployments_match_the_explained_ones(policy: 
         routing = gateway.decide("m", request)
         names, reason = explained(gateway, request)
         assert [c.settings.name for c in routing.candidates] == names
+        assert [c.settings.name for c in routing.candidates[1:]] == names[1:]
         assert routing.reason == reason
         # change the fleet between requests: what the caches must notice
         first = routing.candidates[0].settings.name
