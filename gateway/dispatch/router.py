@@ -99,7 +99,6 @@ class Gateway:
         self.draining = False
         self.tracer: trace.Tracer = trace.NoOpTracer()
         self._describe = DeploymentDescriber()
-        self._candidates: tuple[tuple[object, ...], dict[str, Candidate]] = ((0, 0, 0, 0), {})
         self._retiring: set[asyncio.Task[None]] = set()
         self.on_reload: list[Callable[[GatewayConfig], None]] = []
         self.breakers = {name: new_breaker(config.reliability) for name in backends}
@@ -220,29 +219,7 @@ class Gateway:
         )
 
     def _candidate(self, name: str) -> Candidate:
-        return self._candidates_of([name])[0]
-
-    def _candidates_of(self, names: list[str]) -> list[Candidate]:
-        """The deployments as dispatch holds them, each built once per config (a reload
-        replaces the config and the backend, breaker and tracker tables, never changing
-        them in place)."""
-        state = (self.config, self.backends, self.breakers, self.trackers)
-        held = self._candidates
-        if any(a is not b for a, b in zip(held[0], state, strict=True)):
-            held = self._candidates = (state, {})
-        built = held[1]
-        out = []
-        for name in names:
-            known = built.get(name)
-            if known is None:
-                known = built[name] = Candidate(
-                    self.backends[name],
-                    self.config.deployment(name),
-                    self.breakers[name],
-                    self.trackers[name],
-                )
-            out.append(known)
-        return out
+        return self._describe.candidate(name, self)
 
     def _note_open_skipped(self, route: ModelRoute, decision: Decision, trail: Trail) -> None:
         """Candidates listed before the chosen one whose open breaker kept them out: the

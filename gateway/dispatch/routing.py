@@ -17,6 +17,7 @@ from typing import Protocol
 from backends.base import Backend, Price
 from backends.registry import DeploymentConfig
 from gateway.config import GatewayConfig
+from gateway.dispatch.attempts import Candidate
 from gateway.dispatch.learned import ContextLimits
 from gateway.dispatch.live import DeploymentTracker
 from gateway.dispatch.reliability import CircuitBreaker
@@ -33,11 +34,13 @@ class DeploymentDescriber:
     """Each deployment as a policy candidate: configuration, health and live figures. The
     facts are rebuilt only when the deployment's configuration, capabilities, memory fit,
     learned context length or breaker state changed; the live figures are read only for a
-    policy that looks at them (``live``), and then from the tracker's own cache."""
+    policy that looks at them (``live``), and then from the tracker's own cache. It also
+    holds each deployment as dispatch sees it (:meth:`candidate`), built once per config."""
 
     def __init__(self) -> None:
         self._memo: dict[str, _Described] = {}
-        self._tables: tuple[object, ...] = (None, None, None, None)
+        self._tables: _Held | None = None
+        self._held: dict[str, Candidate] = {}
         self._rows_of: dict[int, tuple[Sequence[str], list[_Row]]] = {}
         self._sizes: dict[str, tuple[DeploymentConfig, ModelSize | None]] = {}
 
@@ -89,21 +92,46 @@ class DeploymentDescriber:
                 out.append(self._measured(memo, backend, tracker))
         return out
 
+    def candidate(self, name: str, gateway: _Tables) -> Candidate:
+        """The deployment as dispatch holds it, built once per config."""
+        self._hold(gateway)
+        return self._candidate(name)
+
     def _rows(self, names: Sequence[str], gateway: _Tables) -> list[_Row]:
-        """``names`` with their settings, backend, breaker and tracker, built once per
-        config (a reload replaces the config and these tables, never changing them)."""
-        tables = (gateway.config, gateway.backends, gateway.breakers, gateway.trackers)
-        if any(a is not b for a, b in zip(self._tables, tables, strict=True)):
-            self._tables, self._rows_of = tables, {}
+        """:meth:`candidate` of each of ``names`` as a plain tuple (a tuple unpacks faster
+        than four attributes read, and :meth:`pool` reads them per deployment per
+        request), the list kept per config."""
+        self._hold(gateway)
         held = self._rows_of.get(id(names))
         if held is not None and held[0] is names:
             return held[1]
-        config, backends, breakers, trackers = tables
-        rows = [(n, config.deployment(n), backends[n], breakers[n], trackers[n]) for n in names]
+        rows = [
+            (n, c.settings, c.backend, c.breaker, c.tracker)
+            for n, c in zip(names, map(self._candidate, names), strict=True)
+        ]
         if len(self._rows_of) >= _ROWS_HELD:  # names come from the config's routes; this
             self._rows_of.clear()  # only bounds a caller that passes lists of its own
         self._rows_of[id(names)] = names, rows
         return rows
+
+    def _hold(self, gateway: _Tables) -> None:
+        """Keep ``gateway``'s tables; forget what was built from older ones (a reload
+        replaces the config and the backend, breaker and tracker tables, never changing
+        them in place)."""
+        tables = (gateway.config, gateway.backends, gateway.breakers, gateway.trackers)
+        held = self._tables
+        if held is None or any(a is not b for a, b in zip(held, tables, strict=True)):
+            self._tables, self._held, self._rows_of = tables, {}, {}
+
+    def _candidate(self, name: str) -> Candidate:
+        known = self._held.get(name)
+        if known is None:
+            assert self._tables is not None  # _hold ran
+            config, backends, breakers, trackers = self._tables
+            known = self._held[name] = Candidate(
+                backends[name], config.deployment(name), breakers[name], trackers[name]
+            )
+        return known
 
     def __call__(
         self,
@@ -156,6 +184,9 @@ class _Tables(Protocol):
 
 
 _Row = tuple[str, DeploymentConfig, Backend, CircuitBreaker, DeploymentTracker]
+_Held = tuple[
+    GatewayConfig, dict[str, Backend], dict[str, CircuitBreaker], dict[str, DeploymentTracker]
+]
 
 
 @dataclass
