@@ -7,24 +7,30 @@ Run from the repository root::
     python bench/scaling.py --baseline /tmp/base    # and another checkout, same sitting
 
 Each point starts ``shunter serve`` from a source tree, pinned to CPU 0, in front of a
-small upstream written here (one process, pinned with the load generator to CPU 1; it
-answers from memory and writes a stream one chunk per write, as a token-by-token server
-does). The figure is the gateway's CPU time per request (all its threads, from
-``/proc/<pid>/task/*/schedstat``), the median of ``--repeats`` runs; the trees alternate
-point by point so that a busy machine slows both alike. The table gives each tree's
-figures, the ratio, and the slopes: ms per MB of prompt, µs per deployment, µs per
-relayed chunk. ``--plot out.svg`` draws them.
+small upstream (``bench/scaling_peers.py``: one process, pinned with the load generator to
+CPU 1; it answers from memory). The figure is the gateway's CPU time per request (all its
+threads, from ``/proc/<pid>/task/*/schedstat``), the median of ``--repeats`` runs; the
+trees alternate point by point so that a busy machine slows both alike. The table gives
+each tree's figures, the ratio, and the slopes: ms per MB of prompt, µs per deployment,
+µs per relayed chunk, ms per MB of response. ``--plot out.svg`` draws them.
+
+Streams are swept twice: ``chunks`` has the upstream write one chunk per write (a
+token-by-token server: every chunk is its own read and its own write to the client), and
+``burst`` the whole stream in one write (a static file; the frames arrive together). The
+``floor`` column is a relay that only forwards each upstream read to its client, measured
+in the same sitting: what a chunk costs in the event loop and the kernel before any
+gateway work.
 
 The workers sweep reports throughput (requests per second at 64 connections) with 1 and
-2 workers; it needs Redis (``--redis-url``) and says so when absent. On a 2-core machine
-the upstream and the load generator share the second core with the second worker: the
-ratio is then a floor, not the scaling a machine with spare cores shows.
+2 workers, and the gateway's CPU per request in each; it needs Redis (``--redis-url``) and
+says so when absent. On a 2-core machine the upstream and the load generator share the
+second core with the second worker: their CPU per request is printed too, and the ratio
+is a floor, not the scaling a machine with spare cores shows.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -38,158 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from scaling_peers import load, run_relay, run_upstream
+
 KB = 1024
 ROOT = Path(__file__).resolve().parent.parent
 FIVE_STEPS = "[healthy, capable, fits_memory, {slo: {ttft_ms: 5000}}, cheapest]"
-
-
-# --- the upstream ------------------------------------------------------------------------
-
-
-def _answer(content_bytes: int) -> bytes:
-    content = "x" * max(1, content_bytes)
-    return json.dumps(
-        {
-            "id": "chatcmpl-up",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "up",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
-        }
-    ).encode()
-
-
-def _chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
-    body = {
-        "id": "chatcmpl-up",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "up",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-
-class Upstream(asyncio.Protocol):
-    """``/r<bytes>/c<chunks>/v1/chat/completions``: a whole answer of ``bytes`` of content,
-    or (``"stream": true``) ``chunks`` chunks, each in its own write."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.buffer = b""
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while True:
-            head_end = self.buffer.find(b"\r\n\r\n")
-            if head_end < 0:
-                return
-            head = self.buffer[:head_end].decode("latin-1")
-            length = 0
-            for line in head.split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            end = head_end + 4 + length
-            if len(self.buffer) < end:
-                return
-            body, self.buffer = self.buffer[head_end + 4 : end], self.buffer[end:]
-            path = head.split(" ", 2)[1]
-            task = asyncio.ensure_future(self.respond(path, body))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-
-    async def respond(self, path: str, body: bytes) -> None:
-        parts = path.split("/")
-        size, chunks = int(parts[1][1:]), int(parts[2][1:])
-        if b'"stream":true' not in body.replace(b" ", b""):
-            answer = _answer(size)
-            self.transport.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
-            )
-            return
-        self.transport.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"transfer-encoding: chunked\r\n\r\n"
-        )
-        frames = [_chunk({"role": "assistant", "content": ""})]
-        frames += [_chunk({"content": "tok "}) for _ in range(chunks)]
-        frames.append(_chunk({}, "stop"))
-        usage = {"prompt_tokens": 10, "completion_tokens": chunks, "total_tokens": chunks + 10}
-        frames.append(
-            b"data: "
-            + json.dumps(
-                {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1,
-                 "model": "up", "choices": [], "usage": usage}
-            ).encode()
-            + b"\n\n"
-        )  # fmt: skip
-        frames.append(b"data: [DONE]\n\n")
-        for frame in frames:
-            self.transport.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-            await asyncio.sleep(0)  # one chunk per write, as a token-by-token server
-        self.transport.write(b"0\r\n\r\n")
-
-
-def run_upstream(port: int) -> None:
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(Upstream, "127.0.0.1", port, backlog=1024)
-        await server.serve_forever()
-
-    asyncio.run(main())
-
-
-# --- the load generator ------------------------------------------------------------------
-
-
-async def _one_connection(port: int, request: bytes, count: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**26)
-    for _ in range(count):
-        writer.write(request)
-        head = await reader.readuntil(b"\r\n\r\n")
-        status = head[9:12]
-        if status != b"200":
-            raise RuntimeError(f"gateway answered {head[:200]!r}")
-        lower = head.lower()
-        if b"content-length:" in lower:
-            start = lower.index(b"content-length:") + 15
-            length = int(lower[start : lower.index(b"\r\n", start)])
-            await reader.readexactly(length)
-        else:  # chunked
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-                await reader.readexactly(size + 2)
-                if size == 0:
-                    break
-    writer.close()
-
-
-def load(port: int, body: bytes, count: int, connections: int) -> float:
-    """Send ``count`` requests over ``connections`` keep-alive connections; seconds taken."""
-    request = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
-        b"authorization: Bearer sk-bench\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(body), body)
-    )
-
-    async def main() -> None:
-        share = [count // connections + (i < count % connections) for i in range(connections)]
-        await asyncio.gather(*(_one_connection(port, request, n) for n in share if n))
-
-    started = time.perf_counter()
-    asyncio.run(main())
-    return time.perf_counter() - started
 
 
 # --- the gateway -------------------------------------------------------------------------
@@ -224,6 +83,20 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def wait_for_port(port: int, process: subprocess.Popen[bytes], limit_s: float = 60) -> None:
+    """Wait until ``process`` listens on ``port``; ``RuntimeError`` if it exits first."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"exited with status {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listened on port {port} within {limit_s} s")
+
+
 @dataclass
 class Gateway:
     process: subprocess.Popen[bytes]
@@ -251,22 +124,19 @@ def start_gateway(tree: Path, config: str, cpus: str, extra: list[str]) -> Gatew
     env = {**os.environ, "PYTHONPATH": str(tree), "SHUNTER_MASTER_KEY": "sk-bench"}
     log = (folder / "gateway.log").open("wb")
     process = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError((folder / "gateway.log").read_text())
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            time.sleep(0.1)
+    try:
+        wait_for_port(port, process)
+    except RuntimeError:
+        raise RuntimeError((folder / "gateway.log").read_text()) from None
     time.sleep(0.5)
     pids = children(process.pid) if "--workers" in extra else [process.pid]
     return Gateway(process, port, pids)
 
 
-def fleet_config(upstream: int, deployments: int, policy: str, size: int, chunks: int) -> str:
-    base = f"http://127.0.0.1:{upstream}/r{size}/c{chunks}/v1"
+def fleet_config(
+    upstream: int, deployments: int, policy: str, size: int, chunks: int, burst: bool = False
+) -> str:
+    base = f"http://127.0.0.1:{upstream}/r{size}/{'b' if burst else 'c'}{chunks}/v1"
     lines = ["deployments:"]
     for i in range(deployments):
         lines.append(
@@ -315,23 +185,45 @@ class Point:
     body: bytes
     requests: int
     connections: int = 1
+    relay_path: str | None = None  # streams: the upstream path a bare relay is measured on
 
 
 def measure(tree: Path, point: Point, upstream: int, warmup: int) -> float:
     """ms of gateway CPU per request."""
     gateway = start_gateway(tree, point.config(upstream), "0", [])
     try:
-        load(gateway.port, point.body, warmup, point.connections)
-        before = cpu_ns(gateway.pids)
-        load(gateway.port, point.body, point.requests, point.connections)
-        return (cpu_ns(gateway.pids) - before) / point.requests / 1e6
+        return cpu_per_request([gateway.port], gateway.pids, point, warmup)
     finally:
         gateway.stop()
 
 
+def measure_relay(point: Point, upstream: int, warmup: int) -> float:
+    """ms of CPU per request of a relay that only forwards each read (the floor)."""
+    assert point.relay_path is not None
+    port = free_port()
+    command = [
+        "taskset", "-c", "0", sys.executable, __file__,
+        "--relay", str(port), "--upstream", str(upstream), "--relay-path", point.relay_path,
+    ]  # fmt: skip
+    relay = subprocess.Popen(command)
+    try:
+        wait_for_port(port, relay)
+        return cpu_per_request([port], [relay.pid], point, warmup)
+    finally:
+        relay.terminate()
+        relay.wait()
+
+
+def cpu_per_request(ports: list[int], pids: list[int], point: Point, warmup: int) -> float:
+    load(ports[0], point.body, warmup, point.connections)
+    before = cpu_ns(pids)
+    load(ports[0], point.body, point.requests, point.connections)
+    return (cpu_ns(pids) - before) / point.requests / 1e6
+
+
 def points(quick: bool) -> list[Point]:
-    def plain(n: int = 1, policy: str = "[first]", size: int = 200, chunks: int = 20):
-        return lambda up: fleet_config(up, n, policy, size, chunks)
+    def plain(n: int = 1, policy: str = "[first]", size: int = 200, chunks: int = 20, burst=False):
+        return lambda up: fleet_config(up, n, policy, size, chunks, burst)
 
     scale = 4 if quick else 1
     found = []
@@ -357,18 +249,20 @@ def points(quick: bool) -> list[Point]:
             100 // scale,
         )
     )
-    for chunks in (20, 2000):
-        requests = max(20, int(2000 / (1 + chunks / 50)) // scale)
-        found.append(
-            Point(
-                "chunks",
-                chunks,
-                f"{chunks} chunks",
-                plain(chunks=chunks),
-                chat_body(200, True),
-                requests,
+    for burst in (False, True):
+        for chunks in (20, 2000):
+            requests = max(20, int(2000 / (1 + chunks / (500 if burst else 50))) // scale)
+            found.append(
+                Point(
+                    "burst" if burst else "chunks",
+                    chunks,
+                    f"{chunks} chunks{', one read' if burst else ''}",
+                    plain(chunks=chunks, burst=burst),
+                    chat_body(200, True),
+                    requests,
+                    relay_path=f"/r200/{'b' if burst else 'c'}{chunks}/v1/chat/completions",
+                )
             )
-        )
     for kb in (1, 256):
         requests = max(50, int(3000 / (1 + kb / 16)) // scale)
         found.append(
@@ -395,29 +289,65 @@ def slope(rows: dict[str, list[tuple[float, float]]], sweep: str) -> float | Non
     return sum((x - mx) * (y - my) for x, y in data) / den if den else None
 
 
-def workers_sweep(tree: Path, redis_url: str, upstream: int) -> dict[int, float]:
+@dataclass(frozen=True)
+class WorkersRun:
+    rate: float  # requests per second
+    gateway_ms: float  # gateway CPU per request, all workers
+    peers_ms: float  # upstream and load generator CPU per request
+
+
+def workers_sweep(
+    tree: Path, redis_url: str, upstream: int, upstream_pid: int, repeats: int
+) -> dict[int, list[WorkersRun]]:
+    """``repeats`` runs of 1 then 2 workers, in turn (a busy spell slows both alike)."""
     config = fleet_config(upstream, 1, "[first]", 200, 20)
     body = chat_body(200, False)
-    result = {}
-    for workers in (1, 2):
-        extra = ["--redis-url", redis_url] + (["--workers", "2"] if workers == 2 else [])
-        gateway = start_gateway(tree, config, "0,1" if workers == 2 else "0", extra)
-        try:
-            load(gateway.port, body, 500, 64)
-            count = 4000
-            taken = load(gateway.port, body, count, 64)
-            result[workers] = count / taken
-        finally:
-            gateway.stop()
+    result: dict[int, list[WorkersRun]] = {1: [], 2: []}
+    for _ in range(repeats):
+        for workers in (1, 2):
+            extra = ["--redis-url", redis_url] + (["--workers", "2"] if workers == 2 else [])
+            gateway = start_gateway(tree, config, "0,1" if workers == 2 else "0", extra)
+            try:
+                load(gateway.port, body, 1000, 64)
+                count = 8000
+                peers = [upstream_pid, os.getpid()]
+                before, before_peers = cpu_ns(gateway.pids), cpu_ns(peers)
+                taken = load(gateway.port, body, count, 64)
+                result[workers].append(
+                    WorkersRun(
+                        count / taken,
+                        (cpu_ns(gateway.pids) - before) / count / 1e6,
+                        (cpu_ns(peers) - before_peers) / count / 1e6,
+                    )
+                )
+            finally:
+                gateway.stop()
     return result
+
+
+def print_workers(name: str, runs: dict[int, list[WorkersRun]]) -> None:
+    """Medians over the runs, and the median of the runs' 2-to-1 ratios."""
+    for workers, done in runs.items():
+        rate = statistics.median(r.rate for r in done)
+        gateway_ms = statistics.median(r.gateway_ms for r in done)
+        peers_ms = statistics.median(r.peers_ms for r in done)
+        print(
+            f"workers {name:<9} {workers}: {rate:7.0f} req/s   gateway {gateway_ms:.3f} ms/req "
+            f"({1000 / gateway_ms:5.0f} req/s per gateway core)   upstream and load "
+            f"generator {peers_ms:.3f} ms/req"
+        )
+    ratios = [two.rate / one.rate for one, two in zip(runs[1], runs[2], strict=True)]
+    shown = " ".join(f"{r:.2f}" for r in ratios)
+    print(f"workers {name:<9} 2/1: {statistics.median(ratios):4.2f}x (runs: {shown})")
 
 
 def plot(path: Path, series: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
     """One small SVG panel per sweep: ms/request against x, a line per tree."""
-    sweeps = ["prompt", "fleet", "chunks", "response"]
-    colors = ["#1f77b4", "#d62728"]
+    sweeps = ["prompt", "fleet", "chunks", "burst", "response"]
+    colors = ["#1f77b4", "#d62728", "#7f7f7f"]
     width, height, pad = 300, 220, 40
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * 4}" height="{height}" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(sweeps)}" '
+             f'height="{height}" '
              'font-family="sans-serif" font-size="11">']  # fmt: skip
     for panel, sweep in enumerate(sweeps):
         ox = panel * width
@@ -449,24 +379,34 @@ def plot(path: Path, series: dict[str, dict[str, list[tuple[float, float]]]]) ->
 
 
 Results = dict[str, dict[str, list[tuple[float, float]]]]  # tree -> sweep -> (x, ms)
+FLOOR = "floor"
 
 
 def run_sweeps(trees: dict[str, Path], chosen: list[Point], port: int, repeats: int) -> Results:
-    """Measure every point on every tree, alternating trees run by run; print each row."""
-    results: Results = {t: {} for t in trees}
+    """Measure every point on every tree, alternating trees run by run (and, for streams,
+    the bare relay); print each row."""
+    results: Results = {t: {} for t in [*trees, FLOOR]}
     ratio = "   ratio" if len(trees) > 1 else ""
-    print(f"{'point':<28}" + "".join(f"{t:>14}" for t in trees) + ratio)
+    print(f"{'point':<28}" + "".join(f"{t:>14}" for t in trees) + ratio + f"{FLOOR:>14}")
     for point in chosen:
-        runs: dict[str, list[float]] = {t: [] for t in trees}
+        columns = [*trees, FLOOR] if point.relay_path else [*trees]
+        runs: dict[str, list[float]] = {t: [] for t in columns}
         for _ in range(repeats):
-            for name, tree in trees.items():  # alternate: a busy spell slows both
-                runs[name].append(measure(tree, point, port, max(10, point.requests // 10)))
+            warmup = max(10, point.requests // 10)
+            for name in columns:  # alternate: a busy spell slows all alike
+                runs[name].append(
+                    measure_relay(point, port, warmup)
+                    if name == FLOOR
+                    else measure(trees[name], point, port, warmup)
+                )
         medians = {t: statistics.median(v) for t, v in runs.items()}
         for t, value in medians.items():
             results[t].setdefault(point.sweep, []).append((point.x, value))
         line = f"{point.label:<28}" + "".join(f"{medians[t]:>11.3f} ms" for t in trees)
         if len(trees) > 1:
             line += f"   {medians['baseline'] / medians['this']:5.2f}x"
+        if FLOOR in medians:
+            line += f"{medians[FLOOR]:>11.3f} ms"
         print(line, flush=True)
     return results
 
@@ -476,6 +416,7 @@ def print_slopes(results: Results) -> None:
         "prompt": ("ms per MB of prompt", 1),
         "fleet": ("µs per deployment", 1000),
         "chunks": ("µs per relayed chunk", 1000),
+        "burst": ("µs per relayed chunk, one read", 1000),
         "response": ("ms per MB of response", 1),
     }
     print()
@@ -496,15 +437,20 @@ def print_slopes(results: Results) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--relay", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--relay-path", help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, default=ROOT, help="the tree measured")
     parser.add_argument("--baseline", type=Path, help="another checkout, measured alongside")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", help="sweeps: prompt,fleet,fleet5,chunks,response,workers")
+    parser.add_argument("--only", help="sweeps: prompt,fleet,fleet5,chunks,burst,response,workers")
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests")
     parser.add_argument("--ascii", action="store_true", help="prompts of ASCII text only")
     parser.add_argument("--redis-url", help="for the workers sweep")
     parser.add_argument("--plot", type=Path, help="write an SVG of the sweeps")
     args = parser.parse_args()
+    if args.relay is not None:
+        run_relay(args.relay, args.upstream, args.relay_path)
+        return 0
     if args.upstream is not None:
         run_upstream(args.upstream)
         return 0
@@ -519,20 +465,19 @@ def main() -> int:
     upstream = subprocess.Popen(command)
     os.sched_setaffinity(0, {1})  # the load generator beside the upstream
     try:
-        time.sleep(0.5)
+        wait_for_port(port, upstream)
         chosen = [p for p in points(args.quick) if wanted is None or p.sweep in wanted]
         results = run_sweeps(trees, chosen, port, args.repeats)
         print_slopes(results)
-        if args.redis_url and (wanted is None or "workers" in wanted):
-            for name, tree in trees.items():
+        if wanted is None or "workers" in wanted:
+            if not args.redis_url:
+                print("workers: not measured (give --redis-url: workers share state in Redis)")
+            for name, tree in trees.items() if args.redis_url else ():
                 if not (tree / "gateway" / "http" / "workers.py").exists():
                     print(f"workers {name:<9} (this tree has no --workers)")
                     continue
-                rates = workers_sweep(tree, args.redis_url, port)
-                print(
-                    f"workers {name:<9} 1: {rates[1]:8.0f} req/s   2: {rates[2]:8.0f} req/s"
-                    f"   {rates[2] / rates[1]:4.2f}x"
-                )
+                runs = workers_sweep(tree, args.redis_url, port, upstream.pid, args.repeats)
+                print_workers(name, runs)
         if args.plot:
             plot(args.plot, results)
             print(f"plot: {args.plot}")

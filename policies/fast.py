@@ -77,9 +77,10 @@ def route_fast(
 
 def _order(alive: list[int], columns: list[dict[int, float]]) -> list[int]:
     """Survivors by their keys in step order; ``alive`` is in config order and the sort
-    is stable, so equal keys keep the config order, as on the full path."""
-    if not columns:
-        return alive
-    if len(columns) == 1:
-        return sorted(alive, key=columns[0].__getitem__)
-    return sorted(alive, key=lambda i: tuple(column[i] for column in columns))
+    is stable, so equal keys keep the config order, as on the full path. One stable sort
+    per key, the last step's first, orders as one sort on the tuple of keys would, without
+    building a tuple per survivor."""
+    order = list(alive)
+    for column in reversed(columns):
+        order.sort(key=column.__getitem__)
+    return order

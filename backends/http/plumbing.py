@@ -1,7 +1,7 @@
 """Shared plumbing for backends that call a remote HTTP API.
 
 * :class:`HTTPDeploymentSettings`: where an upstream lives and how long to wait for it;
-* :class:`FrameStream` / :func:`iter_frame_batches`: a streamed body split into SSE events
+* :class:`FrameStream` / :func:`iter_frame_blocks`: a streamed body cut into SSE events
   without decoding them (the connection itself is :mod:`backends.http.upstream`);
 * :func:`error_for_status` / :func:`error_for_transport`: upstream failures onto
   :mod:`gateway.errors`. This is the one place upstream text becomes an error: the
@@ -312,8 +312,9 @@ def stalled_error(deployment: str, what: str) -> GatewayError:
 
 class FrameStream:
     """The SSE frames of one streamed response, in batches: the frames that one read of
-    the socket completed (see :func:`iter_frame_batches`), so that frames which arrived
-    together can be written on together."""
+    the socket completed (see :func:`iter_frame_blocks`), so that frames which arrived
+    together can be written on together. Iterating gives each batch as a list of frames;
+    :meth:`blocks` gives it as the bytes it arrived as."""
 
     def __init__(
         self,
@@ -324,17 +325,27 @@ class FrameStream:
         body_read: Callable[[], bool] | None = None,
     ) -> None:
         self._chunks = chunks
-        self._frames = iter_frame_batches(first, chunks, deployment, deadline)
+        self._blocks = iter_frame_blocks(first, chunks, deployment, deadline)
+        self._batches: AsyncGenerator[list[bytes], None] | None = None
         self._body_read = body_read
 
     def __aiter__(self) -> AsyncIterator[list[bytes]]:
-        return self._frames
+        if self._batches is None:
+            self._batches = _batches_of(self._blocks)
+        return self._batches
+
+    def blocks(self) -> AsyncIterator[bytes]:
+        """Each batch as one piece of bytes: whole events, ``\\n`` line ends, each event
+        ending with its blank line (:func:`frames_of` splits one)."""
+        return self._blocks
 
     async def finish(self, limit_s: float = 1.0) -> None:
         """The end marker was seen: read the rest so the connection goes back to the pool
         (nothing to read when ``body_read`` says the body has all arrived); a rest that
         takes longer than ``limit_s`` is dropped with the connection."""
-        await self._frames.aclose()
+        if self._batches is not None:
+            await self._batches.aclose()
+        await self._blocks.aclose()
         if self._body_read is None or not self._body_read():
             await drain(self._chunks, limit_s)
         elif isinstance(self._chunks, AsyncGenerator):
@@ -350,11 +361,13 @@ def map_transport_errors(deployment: str, redactor: Redactor | None = None) -> I
         raise error_for_transport(deployment, exc, redactor) from exc
 
 
-async def iter_frame_batches(
+async def iter_frame_blocks(
     first: bytes, chunks: AsyncIterator[bytes], deployment: str, deadline: float | None
-) -> AsyncGenerator[list[bytes], None]:
-    """Split a byte stream into SSE events (their lines, without the blank line ending
-    each), one list per read that completed at least one event.
+) -> AsyncGenerator[bytes, None]:
+    """A byte stream cut after its last complete SSE event, one piece per read that
+    completed at least one: the events as they arrived (``\\r\\n`` made ``\\n``), the
+    blank line ending each included. Nothing is split per event: frames relayed as they
+    came cost a few byte searches per read, however many frames it held.
 
     ``deadline`` is a loop time; it is checked after every read (reads themselves are
     bounded by the client's read timeout), so a stream never runs far past ``total_s``.
@@ -363,14 +376,13 @@ async def iter_frame_batches(
     buffer = b""
     chunk = first
     while True:
-        buffer += chunk
+        buffer = buffer + chunk if buffer else chunk
         if b"\r" in buffer:  # CRLF line ends, possibly split across reads
             buffer = buffer.replace(b"\r\n", b"\n")
-        if b"\n\n" in buffer:
-            *frames, buffer = buffer.split(b"\n\n")
-            batch = [frame for frame in frames if frame]
-            if batch:
-                yield batch
+        end = buffer.rfind(b"\n\n")
+        if end >= 0:
+            block, buffer = buffer[: end + 2], buffer[end + 2 :]
+            yield block
         if deadline is not None and loop.time() > deadline:
             raise timeout_error(deployment, "stream exceeded its total timeout")
         next_chunk = await anext(chunks, None)
@@ -378,7 +390,50 @@ async def iter_frame_batches(
             break
         chunk = next_chunk
     if buffer.strip():
-        yield [buffer.rstrip(b"\n")]
+        yield buffer.rstrip(b"\n") + b"\n\n"
+
+
+async def _batches_of(blocks: AsyncIterator[bytes]) -> AsyncGenerator[list[bytes], None]:
+    async for block in blocks:
+        batch = frames_of(block)
+        if batch:
+            yield batch
+
+
+def frames_of(block: bytes) -> list[bytes]:
+    """The events of a block from :func:`iter_frame_blocks`, without their blank lines."""
+    return [frame for frame in block.split(b"\n\n") if frame]
+
+
+def data_events(block: bytes) -> int:
+    """How many events ``block`` holds if they are all one-line ``data:`` events (OpenAI's
+    shape), else 0: two byte counts, whatever the number of events. A 0 only means the
+    block is to be looked at event by event."""
+    if not block.startswith(b"data:") or not block.endswith(b"\n\n"):
+        return 0
+    # each blank line but the last is followed by the next event's "data:"; when those
+    # blank lines hold every newline of the block, every event is one line
+    events = block.count(b"\n\ndata:") + 1
+    return events if block.count(b"\n") == 2 * events else 0
+
+
+def frame_start(block: bytes, *markers: bytes) -> int:
+    """Where the first event holding one of ``markers`` starts in ``block`` (a block from
+    :func:`iter_frame_blocks`), or -1 when none does."""
+    found = [at for marker in markers if (at := block.find(marker)) >= 0]
+    return event_start(block, min(found)) if found else -1
+
+
+def event_start(block: bytes, at: int) -> int:
+    """Where the event holding position ``at`` of ``block`` starts."""
+    start = block.rfind(b"\n\n", 0, at)
+    return start + 2 if start >= 0 else 0
+
+
+def last_frame(block: bytes) -> bytes:
+    """The last event of a block from :func:`iter_frame_blocks`, without its blank line."""
+    start = block.rfind(b"\n\n", 0, len(block) - 2)
+    return block[start + 2 if start >= 0 else 0 : -2]
 
 
 async def drain(chunks: AsyncIterator[bytes], limit_s: float = 1.0) -> None:

@@ -40,10 +40,14 @@ from backends.http.plumbing import (
     HTTPDeploymentSettings,
     annotate,
     cut_error,
+    data_events,
     data_frame,
     encode_json,
     error_for_status,
     estimate_tokens,
+    frame_start,
+    frames_of,
+    last_frame,
     load_json,
     map_transport_errors,
     protocol_error,
@@ -255,13 +259,13 @@ class OpenAICompatBackend:
         id_prefix: str,
     ) -> AsyncIterator[_C]:
         """The upstream's chunks, parsed; its usage chunk (or an estimate) comes last."""
-        batches = self._data_frames(path, self._to_wire(request, stream=True))
+        blocks = self._data_blocks(path, self._to_wire(request, stream=True))
         usage: Usage | None = None
         head: _C | None = None
         chars = 0
-        async with aclosing(batches):
-            async for batch in batches:
-                for frame in batch:
+        async with aclosing(blocks):
+            async for block, _ in blocks:
+                for frame in frames_of(block):
                     chunk = self._parse(kind, frame[5:])
                     chunk.model = request.model
                     head = head or chunk
@@ -281,12 +285,12 @@ class OpenAICompatBackend:
 
     def chat_stream_raw(self, request: ChatCompletionRequest) -> RawChatStream:
         """The upstream's SSE frames as bytes, without parsing each chunk (see RawChatStream)."""
-        frames = self._data_frames("chat/completions", self._to_wire(request, stream=True))
+        blocks = self._data_blocks("chat/completions", self._to_wire(request, stream=True))
         prompt_tokens = estimate_tokens(_prompt_chars(request))
         public = self._public_names.get(request.model)
         if public is None:  # public names come from the config: a handful
             public = self._public_names[request.model] = json.dumps(request.model).encode()
-        return RawChatStream(frames, self.name, prompt_tokens, request.model, public)
+        return RawChatStream(blocks, self.name, prompt_tokens, request.model, public)
 
     # --- wire ----------------------------------------------------------------------------
 
@@ -332,46 +336,38 @@ class OpenAICompatBackend:
         finally:
             self._in_flight -= 1
 
-    async def _data_frames(
+    async def _data_blocks(
         self, path: str, body: dict[str, Any]
-    ) -> AsyncGenerator[list[bytes], None]:
-        """Yield the ``data: {...}`` frames (no blank line) of each read, up to ``[DONE]``,
-        the usage-only chunk, or the end of a body whose answer finished. An error frame
-        raises once the frames before it are yielded; a body that ends before any
-        ``finish_reason`` raises :class:`~gateway.errors.StreamCutError`."""
+    ) -> AsyncGenerator[tuple[bytes, int], None]:
+        """Yield the ``data: {...}`` frames of each read as one block (each frame followed
+        by its blank line) and their number, up to ``[DONE]``, the usage-only chunk, or the
+        end of a body whose answer finished. An error frame raises once the frames before
+        it are yielded; a body that ends before any ``finish_reason`` raises
+        :class:`~gateway.errors.StreamCutError`."""
         upstream = self._require_upstream()
         self._in_flight += 1
-        last = False
-        tail: list[bytes] = []  # the last frames: a finish_reason, if any, is among them
+        # the last blocks, at least as many frames as _TAIL_FRAMES: a finish_reason, if
+        # any, is among them
+        tail = (b"",) * _TAIL_FRAMES
         try:
             with self._map_errors():
                 async with upstream.stream(
                     path, encode_json(body), self._settings.timeouts
                 ) as frames:
-                    async for raw_batch in frames:
-                        batch: list[bytes] = []
-                        for raw in raw_batch:
-                            frame = data_frame(raw)
-                            if frame is None:
-                                continue
-                            if frame.endswith(b"[DONE]"):
-                                last = True
-                                break
-                            if b'"error"' in frame[:32]:
-                                if batch:
-                                    yield batch
-                                raise self._in_band_error(frame[5:])
-                            batch.append(frame)
-                        if batch:
-                            yield batch
-                            tail = (tail + batch)[-_TAIL_FRAMES:]
+                    async for raw in frames.blocks():
+                        block, count, last, error = _data_of(raw)
+                        if count:
+                            yield block, count
+                            tail = (*tail[1:], block)
                             # the usage-only chunk closes every stream: [DONE] is all
                             # that follows, and nothing waits for it
-                            last = last or usage_only(batch[-1])
+                            last = last or usage_only(last_frame(block))
+                        if error is not None:
+                            raise self._in_band_error(error)
                         if last:
                             await frames.finish(_TAIL_S)
                             return
-            if not any(finishes(frame) for frame in tail):
+            if not any(finishes(frame) for frame in frames_of(b"".join(tail))[-_TAIL_FRAMES:]):
                 raise cut_error(self.name, "stream ended before its answer finished")
         finally:
             self._in_flight -= 1
@@ -390,6 +386,42 @@ class OpenAICompatBackend:
         shown = redactor.for_client(message if isinstance(message, str) else body[:300])
         exc = UpstreamError(f"upstream {self.name} sent an error mid-stream: {shown}")
         return annotate(exc, counts_as_failure=True, upstream_body=redactor.for_log(body))
+
+
+def _data_of(raw: bytes) -> tuple[bytes, int, bool, bytes | None]:
+    """A block's data frames and how many; whether ``[DONE]`` came; an error frame's
+    JSON, if any. Plain ``data:`` frames before any that may be ``[DONE]`` or an error
+    (all of a read but the stream's last, from OpenAI-compatible servers) are passed on
+    as they came; only the frames from there on are looked at one by one."""
+    cut = frame_start(raw, b"[DONE]", b'"error"')
+    head = raw if cut < 0 else raw[:cut]
+    frames = data_events(head)
+    if not frames:
+        return _sorted_block(raw)
+    if cut < 0:
+        return raw, frames, False, None
+    rest, more, done, error = _sorted_block(raw[cut:])
+    return head + rest, frames + more, done, error
+
+
+def _sorted_block(raw: bytes) -> tuple[bytes, int, bool, bytes | None]:
+    """:func:`_data_of` frame by frame: events with ``event:``, comment or several ``data``
+    lines are rebuilt as one ``data:`` line; nothing after ``[DONE]`` or an error frame."""
+    kept: list[bytes] = []
+    for event in frames_of(raw):
+        frame = data_frame(event)
+        if frame is None:
+            continue
+        if frame.endswith(b"[DONE]"):
+            return _joined(kept), len(kept), True, None
+        if b'"error"' in frame[:32]:
+            return _joined(kept), len(kept), False, frame[5:]
+        kept.append(frame)
+    return _joined(kept), len(kept), False, None
+
+
+def _joined(frames: list[bytes]) -> bytes:
+    return b"\n\n".join(frames) + b"\n\n" if frames else b""
 
 
 def _sum_stats(parts: list[LiveStats]) -> LiveStats:

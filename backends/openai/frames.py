@@ -15,12 +15,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from backends.http.plumbing import encode_json, load_json, protocol_error
+from backends.http.plumbing import (
+    encode_json,
+    event_start,
+    frames_of,
+    load_json,
+    protocol_error,
+)
 from gateway.protocol import Usage, new_id, now
 
 # a chunk that still runs: every chunk before the last says so (OpenAI, vLLM, llama-server)
 _RUNNING = (b'"finish_reason":null', b'"finish_reason": null')
 _NO_CHOICES = (b'"choices":[]', b'"choices": []')
+# every usage object names its token counts ("prompt_tokens", ...): a read without this has
+# no usage to record, "usage": null on every chunk or not (one byte scan)
+_COUNTS = b'_tokens"'
 _MODEL_FIELD = re.compile(rb'"model"\s*:\s*("(?:[^"\\]|\\.)*")')
 
 
@@ -39,19 +48,23 @@ class RawChatStream:
     ``bytes.replace``, no parse). Otherwise nothing is rewritten: ``id`` and extra fields
     are the upstream's, and a malformed chunk reaches the client. When the upstream sends
     no usage, ``completion_tokens`` is the number of chunk frames (about one token each),
-    because counting characters would need a parse.
+    because counting characters would need a parse. A read is split into its frames only
+    when it may carry a usage object (one that names a token count;
+    ``"usage": null`` on every chunk is none).
     """
 
     def __init__(
         self,
-        frames: AsyncGenerator[list[bytes], None],
+        blocks: AsyncGenerator[tuple[bytes, int], None],
         deployment: str,
         prompt_tokens: int,
         model: str,
         public: bytes | None = None,
     ) -> None:
-        """``model``: the public name; ``public``: the same as a JSON string, if at hand."""
-        self._frames = frames
+        """``blocks``: the frames of each read as one piece (each followed by its blank
+        line) and their number; ``model``: the public name; ``public``: the same as a
+        JSON string, if at hand."""
+        self._blocks = blocks
         self._deployment = deployment
         self._prompt_tokens = prompt_tokens
         self._model = model
@@ -69,22 +82,35 @@ class RawChatStream:
         """The frames of the next upstream read, written as one piece."""
         while True:
             try:
-                batch = await self._frames.__anext__()
+                block, count = await self._blocks.__anext__()
             except StopAsyncIteration:
                 self._finish()
                 raise
             if self._first is None:
-                self._first = batch[0]
-                self._swap = model_swap(batch[0], self._public)
-            out = [f for f in batch if b'"usage"' not in f or not self._take_usage(f)]
-            if out:
-                self._count += len(out)
-                data = b"\n\n".join(out) + b"\n\n"
-                return data if self._swap is None else data.replace(*self._swap)
+                self._first = block[: block.find(b"\n\n")]
+                self._swap = model_swap(self._first, self._public)
+            at = block.find(_COUNTS)
+            if at >= 0:
+                block = self._without_usage(block, count, at)
+                if not block:
+                    continue
+            else:
+                self._count += count
+            return block if self._swap is None else block.replace(*self._swap)
+
+    def _without_usage(self, block: bytes, count: int, at: int) -> bytes:
+        """``block`` (``count`` frames) less its usage-only chunk, the usage recorded; only
+        the frames from the one holding ``at`` on are looked at one by one."""
+        cut = event_start(block, at)
+        rest = frames_of(block[cut:])
+        frames = [f for f in rest if not self._take_usage(f)]
+        self._count += count - len(rest) + len(frames)
+        head = block[:cut]
+        return head + b"\n\n".join(frames) + b"\n\n" if frames else head
 
     async def aclose(self) -> None:
         """Stop reading and close the upstream response at once."""
-        await self._frames.aclose()
+        await self._blocks.aclose()
 
     async def __aenter__(self) -> RawChatStream:
         return self
@@ -94,7 +120,7 @@ class RawChatStream:
 
     def _take_usage(self, frame: bytes) -> bool:
         """Record the usage in ``frame``, if any; True if it is the usage-only chunk."""
-        if b'"usage":null' in frame or b'"usage": null' in frame:
+        if b'"usage"' not in frame or b'"usage":null' in frame or b'"usage": null' in frame:
             return False
         payload = load_json(frame[5:], self._deployment)
         usage = payload.get("usage") if isinstance(payload, dict) else None
