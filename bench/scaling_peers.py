@@ -82,6 +82,19 @@ def _content_length(head: bytes) -> int:
     return int(lower[at + 15 : end if end >= 0 else len(lower)])
 
 
+def _take_request(buffer: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """The first whole request in ``buffer``: its request line, its body, and what
+    follows; ``None`` while it is incomplete."""
+    head_end = buffer.find(b"\r\n\r\n")
+    if head_end < 0:
+        return None
+    end = head_end + 4 + max(0, _content_length(buffer[:head_end]))
+    if len(buffer) < end:
+        return None
+    line_end = buffer.find(b"\r\n")
+    return buffer[:line_end], buffer[head_end + 4 : end], buffer[end:]
+
+
 # --- the upstream ------------------------------------------------------------------------
 
 
@@ -99,15 +112,11 @@ class Upstream(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         while self.writing is None:
-            head_end = self.buffer.find(b"\r\n\r\n")
-            if head_end < 0:
+            taken = _take_request(self.buffer)
+            if taken is None:
                 return
-            end = head_end + 4 + max(0, _content_length(self.buffer[:head_end]))
-            if len(self.buffer) < end:
-                return
-            head, body = self.buffer[:head_end], self.buffer[head_end + 4 : end]
-            self.buffer = self.buffer[end:]
-            self.respond(head[: head.index(b"\r\n")].split(b" ")[1].decode(), body)
+            line, body, self.buffer = taken
+            self.respond(line.split(b" ")[1].decode(), body)
 
     def respond(self, path: str, body: bytes) -> None:
         parts = path.split("/")
@@ -280,15 +289,10 @@ class _RelayClient(asyncio.Protocol):
         self.pump()
 
     def pump(self) -> None:
-        if self.up is None or self.busy:
+        taken = None if self.up is None or self.busy else _take_request(self.buffer)
+        if taken is None or self.up is None:
             return
-        head_end = self.buffer.find(b"\r\n\r\n")
-        if head_end < 0:
-            return
-        end = head_end + 4 + max(0, _content_length(self.buffer[:head_end]))
-        if len(self.buffer) < end:
-            return
-        body, self.buffer = self.buffer[head_end + 4 : end], self.buffer[end:]
+        _, body, self.buffer = taken
         self.busy = True
         self.up.transport.write(
             b"POST %s HTTP/1.1\r\nhost: upstream\r\ncontent-type: application/json\r\n"
