@@ -192,7 +192,7 @@ def measure(tree: Path, point: Point, upstream: int, warmup: int) -> float:
     """ms of gateway CPU per request."""
     gateway = start_gateway(tree, point.config(upstream), "0", [])
     try:
-        return cpu_per_request([gateway.port], gateway.pids, point, warmup)
+        return cpu_per_request(gateway.port, gateway.pids, point, warmup)
     finally:
         gateway.stop()
 
@@ -208,16 +208,17 @@ def measure_relay(point: Point, upstream: int, warmup: int) -> float:
     relay = subprocess.Popen(command)
     try:
         wait_for_port(port, relay)
-        return cpu_per_request([port], [relay.pid], point, warmup)
+        return cpu_per_request(port, [relay.pid], point, warmup)
     finally:
         relay.terminate()
         relay.wait()
 
 
-def cpu_per_request(ports: list[int], pids: list[int], point: Point, warmup: int) -> float:
-    load(ports[0], point.body, warmup, point.connections)
+def cpu_per_request(port: int, pids: list[int], point: Point, warmup: int) -> float:
+    """ms of CPU per request of ``pids`` serving ``point`` on ``port``, after a warm-up."""
+    load(port, point.body, warmup, point.connections)
     before = cpu_ns(pids)
-    load(ports[0], point.body, point.requests, point.connections)
+    load(port, point.body, point.requests, point.connections)
     return (cpu_ns(pids) - before) / point.requests / 1e6
 
 

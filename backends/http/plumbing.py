@@ -432,8 +432,12 @@ def event_start(block: bytes, at: int) -> int:
 
 def last_frame(block: bytes) -> bytes:
     """The last event of a block from :func:`iter_frame_blocks`, without its blank line."""
-    start = block.rfind(b"\n\n", 0, len(block) - 2)
-    return block[start + 2 if start >= 0 else 0 : -2]
+    return block[event_start(block, len(block) - 2) : -2]
+
+
+def block_of(frames: list[bytes]) -> bytes:
+    """Events (without blank lines) as a block: :func:`frames_of` undone."""
+    return b"\n\n".join(frames) + b"\n\n" if frames else b""
 
 
 async def drain(chunks: AsyncIterator[bytes], limit_s: float = 1.0) -> None:

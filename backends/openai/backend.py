@@ -39,6 +39,7 @@ from backends.base import Capabilities, LiveStats
 from backends.http.plumbing import (
     HTTPDeploymentSettings,
     annotate,
+    block_of,
     cut_error,
     data_events,
     data_frame,
@@ -413,15 +414,11 @@ def _sorted_block(raw: bytes) -> tuple[bytes, int, bool, bytes | None]:
         if frame is None:
             continue
         if frame.endswith(b"[DONE]"):
-            return _joined(kept), len(kept), True, None
+            return block_of(kept), len(kept), True, None
         if b'"error"' in frame[:32]:
-            return _joined(kept), len(kept), False, frame[5:]
+            return block_of(kept), len(kept), False, frame[5:]
         kept.append(frame)
-    return _joined(kept), len(kept), False, None
-
-
-def _joined(frames: list[bytes]) -> bytes:
-    return b"\n\n".join(frames) + b"\n\n" if frames else b""
+    return block_of(kept), len(kept), False, None
 
 
 def _sum_stats(parts: list[LiveStats]) -> LiveStats:

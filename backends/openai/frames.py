@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from backends.http.plumbing import (
+    block_of,
     encode_json,
     event_start,
     frames_of,
@@ -105,8 +106,7 @@ class RawChatStream:
         rest = frames_of(block[cut:])
         frames = [f for f in rest if not self._take_usage(f)]
         self._count += count - len(rest) + len(frames)
-        head = block[:cut]
-        return head + b"\n\n".join(frames) + b"\n\n" if frames else head
+        return block[:cut] + block_of(frames)
 
     async def aclose(self) -> None:
         """Stop reading and close the upstream response at once."""
