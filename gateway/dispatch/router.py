@@ -17,7 +17,7 @@ import contextlib
 import functools
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -259,7 +259,7 @@ class Gateway:
         breakers = self.breakers
         return {n: (b, breakers[n]) for n, b in self.backends.items() if n in breakers}
 
-    def policy_candidates(self, model: str, *, live: bool = True) -> list[PolicyCandidate]:
+    def policy_candidates(self, model: str, *, live: bool = True) -> Sequence[PolicyCandidate]:
         """``model``'s deployments as routing sees them now: config, health and (unless
         ``live`` is false: the policy does not read them) live figures."""
         return self._describe.pool(self.route(model).candidates, self, live=live)
