@@ -56,7 +56,7 @@ from backends.http.plumbing import (
 )
 from backends.http.redact import Redactor
 from backends.http.upstream import Upstream, make_upstream, probe
-from backends.openai.frames import RawChatStream, finishes, usage_only
+from backends.openai.frames import RawChatStream, ends_bare, finishes, usage_only
 from gateway.common.periodic import Periodic
 from gateway.errors import GatewayError, UpstreamError
 from gateway.protocol import (
@@ -362,7 +362,7 @@ class OpenAICompatBackend:
                             tail = (*tail[1:], block)
                             # the usage-only chunk closes every stream: [DONE] is all
                             # that follows, and nothing waits for it
-                            last = last or usage_only(last_frame(block))
+                            last = last or (ends_bare(block) and usage_only(last_frame(block)))
                         if error is not None:
                             raise self._in_band_error(error)
                         if last:
@@ -394,13 +394,16 @@ def _data_of(raw: bytes) -> tuple[bytes, int, bool, bytes | None]:
     JSON, if any. Plain ``data:`` frames before any that may be ``[DONE]`` or an error
     (all of a read but the stream's last, from OpenAI-compatible servers) are passed on
     as they came; only the frames from there on are looked at one by one."""
+    if b"[DONE]" not in raw and b'"error"' not in raw:  # every read of a stream but its last
+        if raw.count(b"\n") == 2 and raw.startswith(b"data:") and raw.endswith(b"\n\n"):
+            return raw, 1, False, None  # one one-line event: a token-by-token server's read
+        frames = data_events(raw)
+        return (raw, frames, False, None) if frames else _sorted_block(raw)
     cut = frame_start(raw, b"[DONE]", b'"error"')
-    head = raw if cut < 0 else raw[:cut]
+    head = raw[:cut]
     frames = data_events(head)
     if not frames:
         return _sorted_block(raw)
-    if cut < 0:
-        return raw, frames, False, None
     rest, more, done, error = _sorted_block(raw[cut:])
     return head + rest, frames + more, done, error
 
