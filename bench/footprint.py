@@ -45,7 +45,8 @@ def footprint(tree: Path, extra: list[str]) -> tuple[float, float]:
         "--port", str(port), "--log-level", "warning", *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    # from the tree itself: `-m` puts the working directory first on the path
+    process = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
         time.sleep(1.0)
