@@ -22,7 +22,7 @@ from pydantic import Field
 from backends.anthropic.native import NativeMessages
 from backends.anthropic.stream import StreamTranslator, ends_message
 from backends.anthropic.wire import from_message, to_messages_request
-from backends.base import Capabilities, LiveStats, continues_final
+from backends.base import Backend, Capabilities, LiveStats, continues_final
 from backends.http.plumbing import (
     HTTPDeploymentSettings,
     annotate,
@@ -45,21 +45,9 @@ from gateway.protocol import (
     Completion,
     CompletionRequest,
 )
+from gateway.protocol.messages import error_status
 
 MESSAGES_PATH = "v1/messages"
-# the HTTP status Anthropic uses for each error type (docs.claude.com/en/api/errors)
-ERROR_STATUS = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "billing_error": 402,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
-}
 
 
 class AnthropicSettings(HTTPDeploymentSettings):
@@ -81,7 +69,7 @@ class AnthropicSettings(HTTPDeploymentSettings):
     )
 
 
-class AnthropicBackend(NativeMessages):
+class AnthropicBackend(NativeMessages, Backend):
     """A :class:`~backends.base.Backend` for chat; legacy completions are refused. Requests
     in Messages form pass through untouched (:class:`~backends.anthropic.native.NativeMessages`)."""
 
@@ -114,6 +102,7 @@ class AnthropicBackend(NativeMessages):
             images=s.images,
             context_length=s.context_length,
             prefill=s.prefill,
+            native_messages=True,
         )
 
     async def start(self) -> None:
@@ -218,7 +207,7 @@ class AnthropicBackend(NativeMessages):
         """An ``error`` event in a stream, mapped by its type (overloaded → 503)."""
         error = event.get("error")
         kind = error.get("type") if isinstance(error, dict) else None
-        status = ERROR_STATUS.get(kind or "", 500)
+        status = error_status(kind or "")
         return error_for_status(self.name, status, json.dumps(event), {}, self._redactor())
 
     def _chat_only(self) -> GatewayError:

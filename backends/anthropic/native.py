@@ -14,7 +14,6 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from backends.anthropic.stream import ends_message
-from backends.anthropic.wire import usage_from
 from backends.http.plumbing import (
     cut_error,
     encode_json,
@@ -25,6 +24,7 @@ from backends.http.plumbing import (
 )
 from gateway.errors import GatewayError
 from gateway.protocol import Usage
+from gateway.protocol.messages_codec import chat_usage
 
 if TYPE_CHECKING:
     from backends.anthropic.backend import AnthropicSettings
@@ -65,7 +65,7 @@ class NativeMessages:
         usage = data.get("usage") if isinstance(data, dict) else None
         if not isinstance(usage, dict):
             raise protocol_error(self.name, "sent a message without usage")
-        return content, usage_from(usage)
+        return content, chat_usage(usage)
 
     def messages_stream(self, body: dict[str, Any]) -> PassThrough:
         """The upstream's events for ``body``, as it sent them, up to ``message_stop``."""
@@ -94,7 +94,7 @@ class PassThrough:
 
     @property
     def usage(self) -> Usage | None:
-        return usage_from(self._usage) if self._usage else None
+        return chat_usage(self._usage) if self._usage else None
 
     def __aiter__(self) -> PassThrough:
         return self

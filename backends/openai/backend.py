@@ -35,7 +35,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 from pydantic import BaseModel, Field, ValidationError
 
-from backends.base import Capabilities, LiveStats
+from backends.base import Backend, Capabilities, LiveStats
 from backends.http.plumbing import (
     HTTPDeploymentSettings,
     annotate,
@@ -115,7 +115,7 @@ class OpenAICompatSettings(HTTPDeploymentSettings):
         return self.logprobs
 
 
-class OpenAICompatBackend:
+class OpenAICompatBackend(Backend):
     """A :class:`~backends.base.Backend` over one pooled HTTP/1.1 client."""
 
     def __init__(
@@ -154,6 +154,7 @@ class OpenAICompatBackend:
             images=s.images,
             context_length=s.context_length,
             prefill=s.prefill,
+            chat_stream_raw=True,
         )
 
     async def start(self) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import time
+from abc import ABCMeta
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol
 
 from pydantic import ValidationError
 
@@ -39,11 +40,24 @@ class FrameStream(Protocol):
     async def aclose(self) -> None: ...
 
 
-@runtime_checkable
-class RawChatBackend(Protocol):
-    """A backend that can hand over its upstream's chat frames untouched."""
+class ByCapability(ABCMeta):
+    """``isinstance(backend, C)`` reads the backend's ``capabilities.<C.capability>`` flag:
+    the type names of optional abilities, kept for callers that still test them by type
+    (every backend has the methods; the flags say which answer)."""
 
-    def chat_stream_raw(self, request: ChatCompletionRequest) -> FrameStream: ...
+    def __instancecheck__(cls, instance: object) -> bool:
+        flag = getattr(cls, "capability", "")
+        return bool(getattr(getattr(instance, "capabilities", None), flag, False))
+
+
+class RawChatBackend(metaclass=ByCapability):
+    """A backend that can hand over its upstream's chat frames untouched
+    (``capabilities.chat_stream_raw``)."""
+
+    capability: ClassVar[str] = "chat_stream_raw"
+
+    def chat_stream_raw(self, request: ChatCompletionRequest) -> FrameStream:
+        raise NotImplementedError
 
 
 class Framed:
