@@ -3,7 +3,7 @@
 The translation lives in :mod:`backends.anthropic.wire` (requests and whole answers) and
 :mod:`backends.anthropic.stream` (stream events); this module holds the settings, the
 HTTP calls and the error mapping. Anthropic errors (``{"type": "error", "error": {type,
-message}}``) map by status as every upstream's do (:func:`backends.http.plumbing.error_for_status`),
+message}}``) map by status as every upstream's do (:func:`backends.http.sse.error_for_status`),
 with 529 ``overloaded_error`` → 503 + retry-after; errors sent as stream events map by
 their type through the same table.
 """
@@ -23,7 +23,8 @@ from backends.anthropic.native import NativeMessages
 from backends.anthropic.stream import StreamTranslator, ends_message
 from backends.anthropic.wire import from_message, to_messages_request
 from backends.base import Backend, Capabilities, LiveStats, continues_final
-from backends.http.plumbing import (
+from backends.http.redact import Redactor
+from backends.http.sse import (
     HTTPDeploymentSettings,
     annotate,
     cut_error,
@@ -35,7 +36,6 @@ from backends.http.plumbing import (
     protocol_error,
     read_api_key,
 )
-from backends.http.redact import Redactor
 from backends.http.upstream import Upstream, make_upstream, probe
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.protocol import (

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from backends.anthropic.stream import ends_message
-from backends.http.plumbing import (
+from backends.http.sse import (
     cut_error,
     encode_json,
     load_json,

@@ -18,14 +18,14 @@ from typing import Any, ClassVar, Generic, TypeVar
 import httpx
 
 from backends.base import Backend, LiveStats
-from backends.http.plumbing import (
+from backends.http.redact import Redactor
+from backends.http.sse import (
     FrameStream,
     HTTPDeploymentSettings,
     encode_json,
     map_transport_errors,
     read_api_key,
 )
-from backends.http.redact import Redactor
 from backends.http.upstream import Upstream, make_upstream, probe
 
 S = TypeVar("S", bound=HTTPDeploymentSettings)

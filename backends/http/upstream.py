@@ -24,7 +24,8 @@ import httpx
 
 from backends.base import Timeouts
 from backends.http import h1
-from backends.http.plumbing import (
+from backends.http.redact import Redactor
+from backends.http.sse import (
     USER_AGENT,
     FrameStream,
     HTTPDeploymentSettings,
@@ -36,7 +37,6 @@ from backends.http.plumbing import (
     stalled_error,
     timeout_error,
 )
-from backends.http.redact import Redactor
 
 _KEEPALIVE_S = 30.0
 _EVENT_STREAM = {"accept": "text/event-stream"}
@@ -62,7 +62,7 @@ def _with_context(extra: Mapping[str, str] | None) -> Mapping[str, str] | None:
 class Upstream(Protocol):
     """One remote API, pooled; every error raised is a :class:`gateway.errors.GatewayError`
     except those raised while the caller iterates a stream (map them with
-    :func:`backends.http.plumbing.map_transport_errors`). ``redactor`` knows what this
+    :func:`backends.http.sse.map_transport_errors`). ``redactor`` knows what this
     upstream must not show anyone (the credentials sent to it, its address): pass it to
     the error mapping of anything the upstream says."""
 

@@ -5,7 +5,7 @@ fields pass through unchanged; only ``model`` is replaced by the deployment's up
 model. Answers come back under the public model name the client asked for (whole, streamed
 and passed through). Streams always ask the upstream for usage; an upstream that sends none
 gets its usage counted here (about 4 characters per token, see
-:func:`backends.http.plumbing.estimate_tokens`).
+:func:`backends.http.sse.estimate_tokens`).
 
 A stream is whole once a chunk carried a ``finish_reason`` (or usage): a body that ends
 there without ``data: [DONE]`` is a complete answer, and the usage-only chunk that closes
@@ -36,7 +36,8 @@ import httpx
 from pydantic import BaseModel, Field, ValidationError
 
 from backends.base import Backend, Capabilities, LiveStats
-from backends.http.plumbing import (
+from backends.http.redact import Redactor
+from backends.http.sse import (
     HTTPDeploymentSettings,
     annotate,
     block_of,
@@ -54,7 +55,6 @@ from backends.http.plumbing import (
     protocol_error,
     read_api_key,
 )
-from backends.http.redact import Redactor
 from backends.http.upstream import Upstream, make_upstream, probe
 from backends.openai.frames import RawChatStream, finishes, usage_only
 from gateway.common.periodic import Periodic

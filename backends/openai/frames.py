@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from backends.http.plumbing import (
+from backends.http.sse import (
     block_of,
     encode_json,
     event_start,
