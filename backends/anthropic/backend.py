@@ -3,7 +3,7 @@
 The translation lives in :mod:`backends.anthropic.wire` (requests and whole answers) and
 :mod:`backends.anthropic.stream` (stream events); this module holds the settings, the
 HTTP calls and the error mapping. Anthropic errors (``{"type": "error", "error": {type,
-message}}``) map by status as every upstream's do (:func:`backends.http.sse.error_for_status`),
+message}}``) map by status as every upstream's do (:func:`backends.http.errors.error_for_status`),
 with 529 ``overloaded_error`` → 503 + retry-after; errors sent as stream events map by
 their type through the same table.
 """
@@ -23,19 +23,17 @@ from backends.anthropic.native import NativeMessages
 from backends.anthropic.stream import StreamTranslator, ends_message
 from backends.anthropic.wire import from_message, to_messages_request
 from backends.base import Backend, Capabilities, LiveStats, continues_final
-from backends.http.redact import Redactor
-from backends.http.sse import (
-    HTTPDeploymentSettings,
+from backends.http.errors import (
     annotate,
     cut_error,
-    encode_json,
     error_for_status,
-    load_json,
     map_transport_errors,
-    parse_event,
     protocol_error,
-    read_api_key,
 )
+from backends.http.jsonbody import encode_json, load_json
+from backends.http.redact import Redactor
+from backends.http.settings import HTTPDeploymentSettings, read_api_key
+from backends.http.sse import parse_event
 from backends.http.upstream import Upstream, make_upstream, probe
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.protocol import (

@@ -14,14 +14,9 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from backends.anthropic.stream import ends_message
-from backends.http.sse import (
-    cut_error,
-    encode_json,
-    load_json,
-    map_transport_errors,
-    parse_event,
-    protocol_error,
-)
+from backends.http.errors import cut_error, map_transport_errors, protocol_error
+from backends.http.jsonbody import encode_json, load_json
+from backends.http.sse import parse_event
 from gateway.errors import GatewayError
 from gateway.protocol import Usage
 from gateway.protocol.messages_codec import chat_usage

@@ -18,14 +18,11 @@ from typing import Any, ClassVar, Generic, TypeVar
 import httpx
 
 from backends.base import Backend, LiveStats
+from backends.http.errors import map_transport_errors
+from backends.http.jsonbody import encode_json
 from backends.http.redact import Redactor
-from backends.http.sse import (
-    FrameStream,
-    HTTPDeploymentSettings,
-    encode_json,
-    map_transport_errors,
-    read_api_key,
-)
+from backends.http.settings import HTTPDeploymentSettings, read_api_key
+from backends.http.sse import FrameBatches
 from backends.http.upstream import Upstream, make_upstream, probe
 
 S = TypeVar("S", bound=HTTPDeploymentSettings)
@@ -91,7 +88,7 @@ class HTTPBackend(Backend, Generic[S]):
             self._in_flight -= 1
 
     @contextlib.asynccontextmanager
-    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[FrameStream]:
+    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[FrameBatches]:
         """POST ``body`` as a streaming request and hand over its SSE frames, counted in
         flight, transport failures mapped (as everywhere) until the block ends."""
         upstream = self._require_upstream()

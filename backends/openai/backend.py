@@ -5,7 +5,7 @@ fields pass through unchanged; only ``model`` is replaced by the deployment's up
 model. Answers come back under the public model name the client asked for (whole, streamed
 and passed through). Streams always ask the upstream for usage; an upstream that sends none
 gets its usage counted here (about 4 characters per token, see
-:func:`backends.http.sse.estimate_tokens`).
+:func:`estimate_tokens`).
 
 A stream is whole once a chunk carried a ``finish_reason`` (or usage): a body that ends
 there without ``data: [DONE]`` is a complete answer, and the usage-only chunk that closes
@@ -36,25 +36,17 @@ import httpx
 from pydantic import BaseModel, Field, ValidationError
 
 from backends.base import Backend, Capabilities, LiveStats
-from backends.http.redact import Redactor
-from backends.http.sse import (
-    HTTPDeploymentSettings,
+from backends.http.errors import (
     annotate,
-    block_of,
     cut_error,
-    data_events,
-    data_frame,
-    encode_json,
     error_for_status,
-    estimate_tokens,
-    frame_start,
-    frames_of,
-    last_frame,
-    load_json,
     map_transport_errors,
     protocol_error,
-    read_api_key,
 )
+from backends.http.jsonbody import encode_json, load_json
+from backends.http.redact import Redactor
+from backends.http.settings import HTTPDeploymentSettings, read_api_key
+from backends.http.sse import block_of, data_events, data_frame, frame_start, frames_of, last_frame
 from backends.http.upstream import Upstream, make_upstream, probe
 from backends.openai.frames import RawChatStream, finishes, usage_only
 from gateway.common.periodic import Periodic
@@ -459,6 +451,11 @@ def _chunk_chars(chunk: ChatCompletionChunk) -> int:
         for call in delta.tool_calls or ():
             chars += len((call.function or {}).get("arguments", ""))
     return chars
+
+
+def estimate_tokens(chars: int) -> int:
+    """Tokens for ``chars`` characters when the upstream reports none: about 4 per token."""
+    return (chars + 3) // 4
 
 
 def _estimate(prompt_chars: int, completion_chars: int) -> Usage:

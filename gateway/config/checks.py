@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backends.http.sse import HTTPDeploymentSettings
+from backends.http.settings import HTTPDeploymentSettings
 from backends.llamacpp import LlamaCppSettings
 from backends.registry import DeploymentConfig
 from backends.vllm import VLLMSettings

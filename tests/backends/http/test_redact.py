@@ -8,8 +8,8 @@ import json
 from structlog.testing import capture_logs
 
 from backends.http import h1
+from backends.http.errors import error_for_status, error_for_transport
 from backends.http.redact import Redactor
-from backends.http.sse import error_for_status, error_for_transport
 
 KEY = "prov_0123456789abcdef"
 SENT = {"authorization": f"Bearer {KEY}", "x-api-key": KEY, "user-agent": "shunter/0.1"}

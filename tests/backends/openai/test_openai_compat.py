@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from backends.base import Backend, EmbeddingsBackend, Timeouts
-from backends.http.sse import counts_as_failure, upstream_status
+from backends.http.errors import counts_as_failure, upstream_status
 from backends.openai.backend import OpenAICompatBackend, OpenAICompatSettings
 from gateway.errors import (
     GatewayError,
