@@ -149,6 +149,23 @@ class DeploymentSettings(BaseModel):
         """Whether its answers can carry token logprobs (what a cascade judges)."""
         return False
 
+    # what it needs from the machine it runs on (``check-config``, and before serving)
+
+    def upstream_url(self) -> str | None:
+        """Where its remote API answers (``check-config`` asks whether it does); ``None``
+        for an engine in this process."""
+        return None
+
+    def key_variable(self) -> str | None:
+        """The environment variable its API key is read from, which must be set; ``None``:
+        it sends no key."""
+        return None
+
+    def engine_missing(self) -> str | None:
+        """Why its engine cannot run here (not installed, an untested version), or
+        ``None``. May look at installed packages; imports no engine."""
+        return None
+
 
 @dataclass(frozen=True)
 class Capabilities:

@@ -31,6 +31,12 @@ class HTTPDeploymentSettings(DeploymentSettings):
         description="what a probe GETs, relative to base_url (default: the API's model list)",
     )
 
+    def upstream_url(self) -> str | None:
+        return self.base_url
+
+    def key_variable(self) -> str | None:
+        return self.api_key_env
+
 
 def read_api_key(env_name: str | None) -> str | None:
     """The key held in ``env_name``; ``RuntimeError`` if the variable is named but unset."""

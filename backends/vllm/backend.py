@@ -31,14 +31,9 @@ from backends.vllm.engine import (
     Runtime,
     StatsRecorder,
 )
+from backends.vllm.install import INSTALL_HINT, check_available
 from backends.vllm.settings import LoRAAdapter, VLLMSettings
-from backends.vllm.startup import (
-    INSTALL_HINT,
-    VLLMStartError,
-    VLLMUnavailableError,
-    check_available,
-    start_error,
-)
+from backends.vllm.startup import VLLMStartError, VLLMUnavailableError, start_error
 from backends.vllm.wire import DONE, clean_reply, map_errors, request_body, sse_events
 from gateway.errors import ServiceUnavailableError, UpstreamError
 from gateway.planner import Device
