@@ -124,7 +124,7 @@ class AnthropicBackend(HTTPBackend[AnthropicSettings]):
     def messages_stream(self, body: dict[str, Any]) -> PassThrough:
         """The upstream's events for ``body``, as it sent them, up to ``message_stop``."""
         sent = {**body, "model": self._settings.model, "stream": True}
-        return PassThrough(self.stream(MESSAGES_PATH, sent), self.name, self._event_error)
+        return PassThrough(self.post_stream(MESSAGES_PATH, sent), self.name, self._event_error)
 
     async def count_message_tokens(self, body: dict[str, Any]) -> int:
         """The upstream's own ``count_tokens`` for ``body``."""
@@ -168,7 +168,7 @@ class AnthropicBackend(HTTPBackend[AnthropicSettings]):
         """Yield decoded stream events up to ``message_stop``, or up to the end of a body
         whose message finished (:func:`ends_message`); a stream cut before that raises."""
         finished = False
-        async with self.stream(MESSAGES_PATH, body) as frames:
+        async with self.post_stream(MESSAGES_PATH, body) as frames:
             async for batch in frames:
                 for frame in batch:
                     _, data = parse_event(frame)

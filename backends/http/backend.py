@@ -88,7 +88,7 @@ class HTTPBackend(Backend, Generic[S]):
             self._in_flight -= 1
 
     @contextlib.asynccontextmanager
-    async def stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[FrameBatches]:
+    async def post_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[FrameBatches]:
         """POST ``body`` as a streaming request and hand over its SSE frames, counted in
         flight, transport failures mapped (as everywhere) until the block ends."""
         upstream = self._require_upstream()
