@@ -168,8 +168,8 @@ class Residency:
 class ResidentBackend(WrapperBackend):
     """A llama.cpp deployment that is loaded on demand; see the module docstring. Each
     request it serves loads the engine first; ``inner`` is the engine-backed backend (a
-    fresh, unstarted one while unloaded). What the engine lacks stays off in its
-    ``capabilities``, which pass through."""
+    fresh, unstarted one while unloaded). Its ``capabilities`` and health are the engine's.
+    """
 
     def __init__(self, settings: LlamaCppSettings, residency: Residency, key: str) -> None:
         super().__init__(create_backend(settings))
@@ -236,6 +236,12 @@ class ResidentBackend(WrapperBackend):
     async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse:
         async with self._use() as backend:
             return await backend.embeddings(request)
+
+    # served only after a load, and the engine has none of them: refused, as by default
+    chat_stream_raw = Backend.chat_stream_raw
+    messages = Backend.messages
+    messages_stream = Backend.messages_stream
+    count_message_tokens = Backend.count_message_tokens
 
     # residency ------------------------------------------------------------------------
 
