@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError
-from gateway.protocol import Usage
+from gateway.protocol import ChatCompletionRequest, Usage
 from gateway.protocol.sse import frame
 
 
@@ -55,6 +55,10 @@ class RawChatBackend(metaclass=ByCapability):
     (``capabilities.chat_stream_raw``)."""
 
     capability: ClassVar[str] = "chat_stream_raw"
+
+    # the method, for type checkers: every Backend has it
+    def chat_stream_raw(self, request: ChatCompletionRequest) -> FrameStream:
+        raise NotImplementedError
 
 
 class Framed:
