@@ -14,19 +14,19 @@ from gateway.admission.admit import RequestFacts
 from gateway.dispatch import describe_request
 from gateway.errors import InvalidRequestError
 from gateway.http.abilities import embedder
-from gateway.http.intake import authenticated, json_response, parse_body, read_body, request_facts
+from gateway.http.intake import arrive, json_response, parse_body
 from gateway.http.serving import Admitted, respond
 from gateway.protocol import EmbeddingRequest, EmbeddingResponse, Usage
 
 
 @asgi("/v1/embeddings", copy_scope=False)
 async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
-    services, gateway, key = await authenticated(scope)
-    body = parse_body(EmbeddingRequest, await read_body(scope, receive))
-    facts = request_facts(scope)
-    facts["model"] = body.model
-    ticket = await services.admission.admit(RequestFacts.of_embeddings(body), key)
-    admitted = Admitted(gateway, services, ticket, facts, scope["state"].get("request_id", ""))
+    arrival = await arrive(scope, receive)
+    body = parse_body(EmbeddingRequest, arrival.body)
+    arrival.facts["model"] = body.model
+    services = arrival.services
+    ticket = await services.admission.admit(RequestFacts.of_embeddings(body), arrival.key)
+    admitted = Admitted(arrival, ticket)
 
     def serve() -> Awaitable[ASGIApp]:
         return _embed(admitted, body)

@@ -42,6 +42,28 @@ class Services:
     protect_ops: bool = False
 
 
+@dataclass
+class Arrival:
+    """A request whose caller is known and whose body has been read (not yet parsed)."""
+
+    services: Services
+    gateway: Gateway
+    key: KeyInfo
+    body: bytes
+    facts: dict[str, Any]
+    """The log/metrics facts of this request (written out by the middleware)."""
+    request_id: str
+
+
+async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arrival:
+    """The caller's key, then the body: a request with a bad key is refused before its
+    body is read."""
+    services, gateway, key = await authenticated(scope, x_api_key)
+    body = await read_body(scope, receive)
+    facts = request_facts(scope)
+    return Arrival(services, gateway, key, body, facts, scope["state"].get("request_id", ""))
+
+
 def parse_body(model: type[M], body: bytes) -> M:
     """Validate a request body; errors become 400s naming the offending ``param``."""
     try:

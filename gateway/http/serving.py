@@ -33,7 +33,7 @@ from gateway.dispatch import Bill, Gateway, ServedStream, describe_request
 from gateway.errors import GatewayError
 from gateway.http.asgi import ClientWatch, EventStream, JSONBody
 from gateway.http.endpoint import Endpoint, Req, Whole
-from gateway.http.intake import Services, authenticated, read_body, request_facts
+from gateway.http.intake import Arrival, Services, arrive, request_facts
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.protocol.frames import FrameStream
 from policies import RequestFacts
@@ -49,13 +49,13 @@ async def handle(
     The generation endpoints are bare ASGI handlers: the request is read and answered
     here, without the framework's per-request signature parsing and response objects
     (errors still raise into the app's exception handlers)."""
-    services, gateway, key = await authenticated(scope, endpoint.x_api_key)
-    body = endpoint.parse(await read_body(scope, receive))
-    await endpoint.prepare(services, key, body)
-    facts = request_facts(scope)
-    facts.update(model=body.model, stream=bool(body.stream))
-    ticket = await services.admission.admit(endpoint.facts(body), key)
-    admitted = Admitted(gateway, services, ticket, facts, scope["state"].get("request_id", ""))
+    arrival = await arrive(scope, receive, endpoint.x_api_key)
+    body = endpoint.parse(arrival.body)
+    services = arrival.services
+    await endpoint.prepare(services, arrival.key, body)
+    arrival.facts.update(model=body.model, stream=bool(body.stream))
+    ticket = await services.admission.admit(endpoint.facts(body), arrival.key)
+    admitted = Admitted(arrival, ticket)
 
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
@@ -67,20 +67,13 @@ class Admitted:
     """One admitted request on its way through dispatch: what settles it and what its
     log line says."""
 
-    def __init__(
-        self,
-        gateway: Gateway,
-        services: Services,
-        ticket: AdmissionTicket,
-        facts: dict[str, Any],
-        request_id: str,
-    ) -> None:
-        self.gateway = gateway
-        self.services = services
-        self.admission: Admission = services.admission
+    def __init__(self, arrival: Arrival, ticket: AdmissionTicket) -> None:
+        self.gateway: Gateway = arrival.gateway
+        self.services = arrival.services
+        self.admission: Admission = arrival.services.admission
         self.ticket = ticket
-        self.facts = facts
-        self.request_id = request_id
+        self.facts = arrival.facts
+        self.request_id = arrival.request_id
 
     async def admit(self, deployment: str) -> None:
         """Take the deployment's own limits before it is tried."""

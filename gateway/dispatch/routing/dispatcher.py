@@ -28,7 +28,7 @@ from gateway.dispatch.cascade.run import Cascade
 from gateway.dispatch.failover.attempts import Candidate, nothing_can_serve, within
 from gateway.dispatch.failover.rules import Admit, Failover, InOrder, OpenedStream, Routing, Trail
 from gateway.dispatch.health.breakers import CircuitBreaker
-from gateway.dispatch.health.fleet import Fleet, PrefillRefusals
+from gateway.dispatch.health.fleet import Fleet
 from gateway.dispatch.health.learned import ContextLimits
 from gateway.dispatch.health.live import Attempt, DeploymentTracker
 from gateway.dispatch.health.probing import Prober
@@ -107,10 +107,6 @@ class Gateway:
     @property
     def prober(self) -> Prober:
         return self.fleet.prober
-
-    @property
-    def resumes(self) -> PrefillRefusals:
-        return self.fleet.prefill_refusals
 
     def deployment_health(self, name: str) -> dict[str, object]:
         """A deployment's breaker and learned context, for readiness and ``shunter route``."""
@@ -307,9 +303,9 @@ class Gateway:
         if resumable is not None:
             route = self.config.models[model]
             resumes = route.max_resumes if route.resume and route.fallback else 0
-            resume = Resume.begin(
-                resumes, self.resumes, opened, resumable, checked, facts or {}, framed
-            )
+            notes = facts if facts is not None else {}
+            refusals = self.fleet.prefill_refusals
+            resume = Resume.begin(resumes, refusals, opened, resumable, checked, notes, framed)
         return ServedStream(opened, resume, report)
 
     async def _first_success(

@@ -122,8 +122,9 @@ class ServedStream:
 
     async def close(self) -> Bill:
         """Close the stream; its end goes to the live figures, its usage into the bill."""
-        if self._reading is not None:  # left at a frame: the client went away
-            await self._reading.aclose()
+        reading, self._reading = self._reading, None  # (it refers to this stream)
+        if reading is not None:  # left at a frame when the client went away
+            await reading.aclose()
         await self._stream.aclose()
         usage = self._stream.usage
         self._attempt.finish(usage.completion_tokens if usage else None)
