@@ -202,7 +202,8 @@ async def _sse(
     could continue, its in-band error frames."""
     failure = None
     try:
-        async for data in stream:
+        yield stream.first
+        async for data in stream.rest:
             yield data
     except GatewayError as exc:
         failure = exc

@@ -5,13 +5,13 @@ response headers that say so, and the bill to settle it with.
 A :class:`ServedStream` survives its upstream: it is guarded against stalls
 (:mod:`~gateway.dispatch.midstream.stall`), continued on another candidate when it fails
 after its first byte and the route allows (:mod:`~gateway.dispatch.midstream.resume`), and
-priced per deployment when it was. Whoever reads it reads one uninterrupted stream that
-ends with the answer or raises the failure nothing could continue.
+priced per deployment when it was. Whoever reads its ``first`` frame and then its ``rest``
+reads one uninterrupted stream that ends with the answer or raises the failure nothing
+could continue (:mod:`~gateway.dispatch.midstream.surviving`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -19,10 +19,11 @@ from backends.base import Backend, Price, cost_usd
 from gateway.dispatch.cascade.run import Bill, CascadeReport
 from gateway.dispatch.failover.attempts import Candidate
 from gateway.dispatch.failover.rules import OpenedStream
-from gateway.dispatch.health.live import Attempt
 from gateway.dispatch.midstream.resume import Resume
 from gateway.dispatch.midstream.stall import stall_guard
+from gateway.dispatch.midstream.surviving import Surviving
 from gateway.protocol import Usage
+from gateway.protocol.frames import FrameStream
 
 T = TypeVar("T")
 
@@ -58,8 +59,9 @@ class ServedStream:
     """A stream whose first frame has arrived (safe to commit the HTTP response), that
     survives stalls and failures where its route allows; see the module docstring.
 
-    Iterate it once; then :meth:`close` it (also after a failure or a client that left):
-    it reports the end to the live figures and gives the bill."""
+    Write ``first``, then the frames of ``rest`` as they come (the continuations included);
+    then :meth:`close` it (also after a failure or a client that left): it reports the end
+    to the live figures and gives the bill."""
 
     def __init__(
         self, opened: OpenedStream, resume: Resume | None, cascade: CascadeReport | None = None
@@ -68,10 +70,11 @@ class ServedStream:
         self.first = opened.first
         self.reason = opened.reason
         self.cascade = cascade
-        self._stream = stall_guard(opened.rest, opened.candidate)
-        self._attempt: Attempt = opened.attempt
         self._resume = resume
-        self._reading: AsyncGenerator[bytes, None] | None = None
+        guarded = stall_guard(opened.rest, opened.candidate)
+        self._surviving = None if resume is None else Surviving(guarded, resume, opened.attempt)
+        self.rest: FrameStream = guarded if self._surviving is None else self._surviving
+        self._attempt = opened.attempt
 
     @property
     def backend(self) -> Backend:
@@ -91,43 +94,14 @@ class ServedStream:
     @property
     def usage_frame(self) -> bytes | None:
         """The frame that carried the upstream's usage (chat and completions), if any."""
-        return self._stream.usage_frame
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        self._reading = self._frames()
-        return self._reading
-
-    async def _frames(self) -> AsyncGenerator[bytes, None]:
-        resume = self._resume
-        sent = resume.sent if resume is not None else None  # references only: parsed on failure
-        yield self.first
-        while True:
-            try:
-                if sent is None:
-                    async for data in self._stream:
-                        yield data
-                else:
-                    async for data in self._stream:
-                        sent.append(data)
-                        yield data
-                return
-            except Exception as exc:
-                if resume is None:
-                    raise
-                continued = await resume.after(exc, self._stream, self._attempt)
-                if continued is None:
-                    raise
-                self._stream, self._attempt = continued
-            yield resume.note
+        return self.rest.usage_frame
 
     async def close(self) -> Bill:
         """Close the stream; its end goes to the live figures, its usage into the bill."""
-        reading, self._reading = self._reading, None  # (it refers to this stream)
-        if reading is not None:  # left at a frame when the client went away
-            await reading.aclose()
-        await self._stream.aclose()
-        usage = self._stream.usage
-        self._attempt.finish(usage.completion_tokens if usage else None)
+        await self.rest.aclose()
+        usage = self.rest.usage
+        attempt = self._attempt if self._surviving is None else self._surviving.attempt
+        attempt.finish(usage.completion_tokens if usage else None)
         cost = self._resume.cost(usage) if self._resume is not None else None
         return bill_of(self.candidate.settings.price, usage, cost, self.cascade)
 
