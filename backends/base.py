@@ -35,7 +35,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -298,11 +298,3 @@ class Backend(ABC):
     def not_supported(self, what: str) -> NotSupportedError:
         """The error for an optional ability this deployment lacks."""
         return NotSupportedError(f"deployment {self.name!r} does not serve {what}")
-
-
-@runtime_checkable
-class EmbeddingsBackend(Protocol):
-    """Every :class:`Backend` has ``embeddings``; ``capabilities.embeddings`` says whether
-    it answers. Kept for callers that test both."""
-
-    async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse: ...

@@ -26,12 +26,11 @@ A deployment whose backend speaks Messages itself (``capabilities.native_message
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.protocol import ChatCompletion, ChatCompletionRequest, ChatMessage, Usage
 from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
-from gateway.protocol.frames import ByCapability, FrameStream
 from gateway.protocol.messages import Block, MessageParam, MessageResponse, MessagesRequest
 from gateway.protocol.messages_codec import (
     chat_tool,
@@ -42,33 +41,6 @@ from gateway.protocol.messages_codec import (
     tool_arguments,
     tool_input,
 )
-
-
-class MessagesBackend(metaclass=ByCapability):
-    """A backend whose upstream speaks Anthropic's Messages API itself
-    (``capabilities.native_messages``)."""
-
-    capability: ClassVar[str] = "native_messages"
-
-    # the methods, for type checkers: every Backend has them
-    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
-        raise NotImplementedError
-
-    def messages_stream(self, body: dict[str, Any]) -> FrameStream:
-        raise NotImplementedError
-
-    async def count_message_tokens(self, body: dict[str, Any]) -> int:
-        raise NotImplementedError
-
-
-class TokenCounter(metaclass=ByCapability):
-    """A backend that counts a chat request's prompt tokens exactly, with its own tokenizer
-    and chat template (``capabilities.count_tokens``)."""
-
-    capability: ClassVar[str] = "count_tokens"
-
-    async def count_tokens(self, request: ChatCompletionRequest) -> int:
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)

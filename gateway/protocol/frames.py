@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import time
-from abc import ABCMeta
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError
-from gateway.protocol import ChatCompletionRequest, Usage
+from gateway.protocol import Usage
 from gateway.protocol.sse import frame
 
 
@@ -38,27 +37,6 @@ class FrameStream(Protocol):
     async def __anext__(self) -> bytes: ...
 
     async def aclose(self) -> None: ...
-
-
-class ByCapability(ABCMeta):
-    """``isinstance(backend, C)`` reads the backend's ``capabilities.<C.capability>`` flag:
-    the type names of optional abilities, kept for callers that still test them by type
-    (every backend has the methods; the flags say which answer)."""
-
-    def __instancecheck__(cls, instance: object) -> bool:
-        flag = getattr(cls, "capability", "")
-        return bool(getattr(getattr(instance, "capabilities", None), flag, False))
-
-
-class RawChatBackend(metaclass=ByCapability):
-    """A backend that can hand over its upstream's chat frames untouched
-    (``capabilities.chat_stream_raw``)."""
-
-    capability: ClassVar[str] = "chat_stream_raw"
-
-    # the method, for type checkers: every Backend has it
-    def chat_stream_raw(self, request: ChatCompletionRequest) -> FrameStream:
-        raise NotImplementedError
 
 
 class Framed:

@@ -13,7 +13,6 @@ from backends.base import Backend, Capabilities, LiveStats, NotSupportedError
 from backends.openai import OpenAICompatBackend, OpenAICompatSettings
 from backends.vllm import VLLMBackend, VLLMSettings
 from backends.wrapper import WrapperBackend
-from gateway.ingress.messages import MessagesBackend, TokenCounter
 from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -22,7 +21,6 @@ from gateway.protocol import (
     CompletionRequest,
     EmbeddingRequest,
 )
-from gateway.protocol.frames import RawChatBackend
 
 CHAT = ChatCompletionRequest.model_validate(
     {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -140,14 +138,6 @@ async def test_a_wrapper_keeps_the_abilities_of_what_it_wraps() -> None:
     assert inner.calls == ["count_tokens", "messages", "health 2"]
     with pytest.raises(NotSupportedError):
         await wrapper.embeddings(EmbeddingRequest(model="m", input="x"))
-
-
-def test_the_ability_type_names_read_the_capability_flags() -> None:
-    plain, recording = Plain(), Recording()
-    assert not isinstance(plain, MessagesBackend) and not isinstance(plain, TokenCounter)
-    assert isinstance(recording, MessagesBackend) and isinstance(recording, TokenCounter)
-    assert not isinstance(recording, RawChatBackend)
-    assert not isinstance(object(), RawChatBackend)
 
 
 def test_each_backend_says_what_it_answers() -> None:
