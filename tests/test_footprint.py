@@ -25,7 +25,7 @@ import json, sys
 from pathlib import Path
 from gateway.cli.main import _parser
 from gateway.cli.startup import preflight
-from gateway.dispatch.router import Gateway
+from gateway.dispatch import Gateway
 from gateway.http.app import AppSettings, create_app
 from gateway.http.server import serve
 from gateway.state import StateSettings

@@ -41,6 +41,8 @@ def test_the_tree_keeps_its_layers(tree: Path) -> None:
         ("backends/llamacpp/engine.py", "gateway.residency.placement"),  # the old circle
         ("policies/facts.py", "backends.base"),  # pure logic reaching for a backend
         ("backends/openai/backend.py", "backends.anthropic.wire"),  # one backend in another
+        ("gateway/http/chat.py", "gateway.dispatch.midstream.resume"),  # behind dispatch's face
+        ("gateway/dispatch/midstream/resume.py", "gateway.dispatch.routing.dispatcher"),
     ],
 )
 def test_an_upward_import_breaks_the_contract(tree: Path, module: str, upward: str) -> None:
@@ -50,3 +52,27 @@ def test_an_upward_import_breaks_the_contract(tree: Path, module: str, upward: s
     result = lint_imports(tree)
     assert result.returncode != 0
     assert upward in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "imported"),
+    [
+        ("gateway/http/intake.py", "gateway.http.serving"),  # serving reads its body there
+        ("policies/facts.py", "policies.policy"),
+        ("gateway/dispatch/health/live.py", "gateway.dispatch.health.sharing"),
+    ],
+)
+def test_a_circle_inside_a_package_breaks_the_contract(
+    tree: Path, module: str, imported: str
+) -> None:
+    path = tree / module
+    path.write_text(
+        path.read_text() + f"\n\ndef _sneak() -> None:\n    import {imported}  # noqa\n"
+    )
+    result = lint_imports(tree)
+    assert result.returncode != 0
+    importer, other = module.removesuffix(".py").rsplit("/", 1)[1], imported.rsplit(".", 1)[1]
+    # the contract names an import that would break the circle: either way round
+    assert (
+        f".{importer} -> .{other}" in result.stdout or f".{other} -> .{importer}" in result.stdout
+    )

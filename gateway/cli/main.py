@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.cli.startup import brief_startup_errors, preflight
-    from gateway.dispatch.router import Gateway
+    from gateway.dispatch import Gateway
     from gateway.http.app import AppSettings, create_app
     from gateway.http.server import serve
     from gateway.http.workers import Supervisor, listening_sockets, refusals

@@ -13,7 +13,7 @@ from gateway.config import load_or_report
 
 if TYPE_CHECKING:
     from backends.base import LiveStats
-    from gateway.dispatch.router import Gateway
+    from gateway.dispatch import Gateway
     from policies import Candidate, RequestFacts
 
 _CONFIG_HELP = "routing YAML (default: the embedded default)"
@@ -87,8 +87,7 @@ def _route(args: argparse.Namespace) -> int:
     import time
 
     from backends.registry import create_backend
-    from gateway.dispatch.cascade import cascade_plan
-    from gateway.dispatch.router import Gateway
+    from gateway.dispatch import Gateway, cascade_plan
     from gateway.errors import GatewayError
     from gateway.residency.placement import plan_deployments
     from policies import RequestFacts
@@ -159,7 +158,7 @@ def _live_stats(url: str, gateway: Gateway) -> dict[str, LiveStats]:
 def _with_live(candidate: Candidate, stats: LiveStats | None) -> Candidate:
     import dataclasses
 
-    from gateway.dispatch.live import DeploymentTracker
+    from gateway.dispatch import DeploymentTracker
 
     if stats is None:
         return candidate

@@ -92,7 +92,7 @@ def worker_config(args: argparse.Namespace) -> GatewayConfig:
 
 def run_worker(args: argparse.Namespace) -> int:
     from gateway.cli.startup import brief_startup_errors
-    from gateway.dispatch.router import Gateway
+    from gateway.dispatch import Gateway
     from gateway.http.app import AppSettings, create_app
     from gateway.http.server import serve
     from gateway.state import StateSettings

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,16 +17,15 @@ from gateway.admission.admit import Admission
 from gateway.admission.cache import ResponseCache
 from gateway.admission.limits import RateLimit
 from gateway.config import CacheRule, GatewayConfig
-from gateway.dispatch.router import Gateway
-from gateway.dispatch.sharing import ReplicaSync
+from gateway.dispatch import Gateway, ReplicaSync
 from gateway.errors import GatewayError
-from gateway.http.api import ROUTES
-from gateway.http.apis import anthropic_error
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
+from gateway.http.intake import Services
+from gateway.http.messages import anthropic_error
 from gateway.http.middleware import RequestContextMiddleware, add_request_id
 from gateway.http.reload import ConfigWatcher
-from gateway.http.serving import Services
+from gateway.http.routes import ROUTES
 from gateway.http.ui import UI_ROUTES
 from gateway.ingress.store import ResponseStore
 from gateway.state import StateSettings, open_store
@@ -76,18 +75,7 @@ def create_app(
         sync = ReplicaSync(store, gw) if settings.state.redis_url else None
         if sync is not None:
             await sync.start()
-        # decided here, once: a gateway that starts with keys never runs open afterwards
-        open_mode = not await services.admission.keys.auth_enabled()
-        if settings.config.http.protect_ops and not services.admission.keys.has_master:
-            log.warning("protect_ops_without_master_key", effect="/metrics always answers 401")
-        log.info(
-            "gateway_ready",
-            models=sorted(settings.config.models),
-            deployments=sorted(gw.backends),
-            config=str(settings.config_path or settings.label),
-            state="redis" if settings.state.redis_url else "memory",
-            auth="open (no API keys configured)" if open_mode else "api keys",
-        )
+        await _say_ready(settings, gw, services)
         try:
             yield
         finally:
@@ -99,13 +87,21 @@ def create_app(
             await store.aclose()
             tel.shutdown()
 
+    return _litestar(settings, tel, lifespan)
+
+
+def _litestar(
+    settings: AppSettings,
+    telemetry: Telemetry,
+    lifespan: Callable[[Litestar], AbstractAsyncContextManager[None]],
+) -> Litestar:
     return Litestar(
         route_handlers=[*ROUTES, *UI_ROUTES],
         lifespan=[lifespan],
         # the guard first: a request it refuses is never parsed
         middleware=[
             DefineMiddleware(RequestGuard, trusted_origins=trusted_origins(settings.config.cors)),
-            DefineMiddleware(RequestContextMiddleware, telemetry=tel),
+            DefineMiddleware(RequestContextMiddleware, telemetry=telemetry),
         ],
         before_send=[add_request_id],
         exception_handlers={
@@ -116,6 +112,22 @@ def create_app(
         openapi_config=None,
         cors_config=cors_config(settings.config.cors),
         logging_config=None,
+    )
+
+
+async def _say_ready(settings: AppSettings, gateway: Gateway, services: Services) -> None:
+    """The ``gateway_ready`` log line: what serves, from where, and how keys are checked."""
+    # decided here, once: a gateway that starts with keys never runs open afterwards
+    open_mode = not await services.admission.keys.auth_enabled()
+    if settings.config.http.protect_ops and not services.admission.keys.has_master:
+        log.warning("protect_ops_without_master_key", effect="/metrics always answers 401")
+    log.info(
+        "gateway_ready",
+        models=sorted(settings.config.models),
+        deployments=sorted(gateway.backends),
+        config=str(settings.config_path or settings.label),
+        state="redis" if settings.state.redis_url else "memory",
+        auth="open (no API keys configured)" if open_mode else "api keys",
     )
 
 

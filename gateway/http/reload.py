@@ -14,7 +14,7 @@ import structlog
 
 from gateway.common.periodic import Periodic
 from gateway.config import ConfigError, parse_config
-from gateway.dispatch.router import Gateway
+from gateway.dispatch import Gateway
 
 log = structlog.get_logger("shunter.reload")
 

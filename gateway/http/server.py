@@ -27,7 +27,7 @@ from types import FrameType
 import structlog
 import uvicorn
 
-from gateway.dispatch.router import Gateway
+from gateway.dispatch import Gateway
 from gateway.http.edge import EdgeConfig, EdgeLimits
 
 log = structlog.get_logger("shunter.server")

@@ -16,8 +16,8 @@ from typing import Any
 
 from gateway.admission.keys import KeyRecord
 from gateway.admission.limits import RateLimit
-from gateway.dispatch.router import Gateway
-from gateway.http.serving import Services
+from gateway.dispatch import Gateway
+from gateway.http.intake import Services
 from gateway.residency.placement import Placement, plan_deployments
 from gateway.state.base import StateUnavailable
 from gateway.telemetry.instruments import Telemetry

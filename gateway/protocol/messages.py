@@ -142,6 +142,15 @@ def error_type(status: int) -> str:
     return "invalid_request_error" if status < 500 else "api_error"
 
 
+def error_status(kind: str) -> int:
+    """The status Anthropic answers an error ``type`` with (:func:`error_type`'s inverse,
+    overload as its 529); unknown types read as 500."""
+    for status, known in ANTHROPIC_ERROR_TYPES.items():
+        if known == kind:
+            return anthropic_status(status)
+    return 500
+
+
 def error_body(status: int, message: str, request_id: str | None = None) -> dict[str, Any]:
     """Anthropic's error JSON: ``{"type": "error", "error": {type, message}, "request_id"}``."""
     body: dict[str, Any] = {

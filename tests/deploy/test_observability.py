@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from backends.base import LiveStats
-from gateway.dispatch.reliability import CircuitBreaker
+from gateway.dispatch.health.breakers import CircuitBreaker
 from tests.deploy.common import DEPLOY, KUBERNETES, load_yaml
 
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "shunter.json"

@@ -12,7 +12,7 @@ import pytest
 from backends.anthropic.backend import AnthropicBackend, AnthropicSettings
 from backends.anthropic.wire import from_message, to_messages_request
 from backends.base import Backend
-from backends.http.plumbing import counts_as_failure, upstream_status
+from backends.http.errors import counts_as_failure, upstream_status
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,

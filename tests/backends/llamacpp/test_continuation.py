@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings
-from gateway.dispatch.splice import Delivered, continuation
+from gateway.dispatch.midstream.splice import Delivered, continuation
 from gateway.protocol import ChatCompletionChunk, ChatCompletionRequest
 
 MAX_TOKENS = 80

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import pytest
 
 from backends.base import Capabilities
-from backends.http.plumbing import annotate
+from backends.http.errors import annotate
 from gateway.admission.limits import DeploymentLimitedError, LimitExceededError
 from gateway.config import parse_config
-from gateway.dispatch.failover import CAUSES, cause_of
-from gateway.dispatch.learned import ContextLimits, context_limit_in
-from gateway.dispatch.router import Gateway
+from gateway.dispatch import Gateway
+from gateway.dispatch.failover.rules import CAUSES, cause_of
+from gateway.dispatch.health.learned import ContextLimits, context_limit_in
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,

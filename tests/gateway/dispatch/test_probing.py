@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import dataclass
 
 from backends.base import LiveStats
-from gateway.dispatch.probing import Prober
-from gateway.dispatch.reliability import CircuitBreaker
+from gateway.dispatch.health.breakers import CircuitBreaker
+from gateway.dispatch.health.probing import Prober
 from tests.gateway.scripted import ScriptedBackend
 
 

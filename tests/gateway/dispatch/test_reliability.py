@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import ReliabilitySettings, parse_config
-from gateway.dispatch.reliability import (
+from gateway.dispatch import Gateway
+from gateway.dispatch.health.breakers import (
     ATTEMPT_WINDOW_S,
     CircuitBreaker,
     backoff_delay,
     spacing_delay,
 )
-from gateway.dispatch.router import Gateway
 from gateway.errors import (
     GatewayError,
     InvalidRequestError,

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from gateway.config import parse_config
-from gateway.dispatch.router import Gateway
+from gateway.dispatch import Gateway
 from gateway.http.app import AppSettings, create_app
 from gateway.telemetry.instruments import Telemetry
 from tests.fixtures.fault_upstream import CHUNKS, FaultUpstream

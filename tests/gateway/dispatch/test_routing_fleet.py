@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gateway.config import parse_config
-from gateway.dispatch.router import Gateway
+from gateway.dispatch import Gateway
 from policies import RequestFacts
 
 FIVE_STEPS = "[healthy, capable, fits_memory, {slo: {ttft_ms: 900}}, cheapest]"

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.config import parse_config
-from gateway.dispatch.router import Gateway
-from gateway.dispatch.sharing import ReplicaSync
+from gateway.dispatch import Gateway, ReplicaSync
 from gateway.state import StateStore
 from tests.gateway.scripted import ScriptedBackend
 

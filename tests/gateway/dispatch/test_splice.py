@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.dispatch.splice import (
+from gateway.dispatch.midstream.splice import (
     Delivered,
     Overlap,
     ResumeDivergedError,

@@ -11,7 +11,7 @@ from opentelemetry.trace import SpanKind
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import parse_config
-from gateway.dispatch.router import Gateway
+from gateway.dispatch import Gateway
 from gateway.errors import UpstreamError
 from gateway.http.app import AppSettings, create_app
 from gateway.telemetry.instruments import Telemetry

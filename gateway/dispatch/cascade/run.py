@@ -38,10 +38,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from backends.base import Price, cost_usd
-from gateway.dispatch.attempts import Candidate
-from gateway.dispatch.failover import Routing
-from gateway.dispatch.judged import Judge, JudgedBackend
-from gateway.dispatch.live import Attempt
+from gateway.dispatch.cascade.judged import Judge, JudgedBackend
+from gateway.dispatch.failover.attempts import Candidate
+from gateway.dispatch.failover.rules import Routing
+from gateway.dispatch.health.live import Attempt
 from gateway.errors import GatewayError
 from gateway.protocol import Usage
 from gateway.protocol.frames import FrameStream

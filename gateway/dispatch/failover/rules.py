@@ -5,13 +5,13 @@ For each candidate in the policy's order:
 * its breaker must allow it (else: ``breaker_open``), and its own rpm/tpm must admit the
   request (else: ``limited``);
 * a failure that says something about the deployment is retried there (back-off from
-  :mod:`gateway.dispatch.reliability`) unless it used up its time (a timeout or a stall),
+  :mod:`gateway.dispatch.health.breakers`) unless it used up its time (a timeout or a stall),
   it says a retry cannot help (``x-should-retry: false``: rejected credentials, a spent
   quota), or it is busy (429, 503/529) while another candidate whose breaker is not open
   can take the request at once: a rate-limited deployment is left for the next one rather
   than pressed again;
 * a context-length rejection is never resent there: the deployment's limit is learned
-  (:mod:`gateway.dispatch.learned`) and the request moves on to the next candidate whose
+  (:mod:`gateway.dispatch.health.learned`) and the request moves on to the next candidate whose
   context is larger or unknown (``context_fallback``); with none left the client gets one
   clean 400 ``context_length_exceeded`` naming the largest limit;
 * any other error the request caused (4xx) ends it at once.
@@ -32,10 +32,10 @@ from typing import Generic, Literal, TypeVar, get_args, overload
 
 from gateway.admission.limits import DeploymentLimitedError
 from gateway.config import ReliabilitySettings
-from gateway.dispatch.attempts import Candidate, all_cooling_down, attempt_once
-from gateway.dispatch.learned import ContextLimits, context_limit_in
-from gateway.dispatch.live import Attempt
-from gateway.dispatch.reliability import backoff_delay, spacing_delay
+from gateway.dispatch.failover.attempts import Candidate, all_cooling_down, attempt_once
+from gateway.dispatch.health.breakers import backoff_delay, spacing_delay
+from gateway.dispatch.health.learned import ContextLimits, context_limit_in
+from gateway.dispatch.health.live import Attempt
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,
@@ -45,6 +45,7 @@ from gateway.errors import (
     StreamCutError,
     UpstreamTimeoutError,
 )
+from gateway.protocol.frames import FrameStream
 from gateway.telemetry.tracing import note_tried
 from policies import Hedge, Ranked, RequestFacts
 
@@ -145,6 +146,22 @@ class Routing:
     hedge: Hedge | None = None
     trail: Trail = field(default_factory=Trail)
     context_fallback: bool = True
+
+
+@dataclass(frozen=True)
+class OpenedStream:
+    """A stream whose first frame has arrived: the failover is over.
+
+    Whoever consumes ``rest`` reports the end through ``attempt.finish(tokens)``. ``reason``
+    says why this candidate (``b after a: rate_limited; policy: ...``); ``routing`` is the
+    decision, whose other candidates may continue the stream if it fails."""
+
+    candidate: Candidate
+    first: bytes
+    rest: FrameStream
+    reason: str
+    attempt: Attempt
+    routing: Routing
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from typing import Protocol
 from backends.base import Backend, Price
 from backends.registry import DeploymentConfig
 from gateway.config import GatewayConfig
-from gateway.dispatch.attempts import Candidate
-from gateway.dispatch.learned import ContextLimits
-from gateway.dispatch.live import DeploymentTracker
-from gateway.dispatch.reliability import CircuitBreaker
+from gateway.dispatch.failover.attempts import Candidate
+from gateway.dispatch.health.breakers import CircuitBreaker
+from gateway.dispatch.health.learned import ContextLimits
+from gateway.dispatch.health.live import DeploymentTracker
 from gateway.planner import ModelSize
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from policies import Candidate as PolicyCandidate
@@ -187,12 +187,23 @@ class DeploymentDescriber:
 class _Tables(Protocol):
     """What :meth:`DeploymentDescriber.pool` reads of the gateway."""
 
-    config: GatewayConfig
-    backends: dict[str, Backend]
-    breakers: dict[str, CircuitBreaker]
-    trackers: dict[str, DeploymentTracker]
-    fits: dict[str, FitClass]
-    context_limits: ContextLimits
+    @property
+    def config(self) -> GatewayConfig: ...
+
+    @property
+    def backends(self) -> dict[str, Backend]: ...
+
+    @property
+    def breakers(self) -> dict[str, CircuitBreaker]: ...
+
+    @property
+    def trackers(self) -> dict[str, DeploymentTracker]: ...
+
+    @property
+    def fits(self) -> dict[str, FitClass]: ...
+
+    @property
+    def context_limits(self) -> ContextLimits: ...
 
 
 _Row = tuple[str, DeploymentConfig, Backend, CircuitBreaker, DeploymentTracker]

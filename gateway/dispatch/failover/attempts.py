@@ -16,8 +16,8 @@ import structlog
 
 from backends.base import Backend
 from backends.registry import DeploymentConfig
-from gateway.dispatch.live import Attempt, DeploymentTracker
-from gateway.dispatch.reliability import CircuitBreaker
+from gateway.dispatch.health.breakers import CircuitBreaker
+from gateway.dispatch.health.live import Attempt, DeploymentTracker
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,

@@ -1,7 +1,7 @@
 """What a client was sent of a stream, and a continuation rewritten to pick up after it.
 
 A stream that fails after its first byte may be continued on another candidate
-(:mod:`gateway.dispatch.resume`). This module holds the parts that do no I/O:
+(:mod:`gateway.dispatch.midstream.resume`). This module holds the parts that do no I/O:
 
 * :class:`Delivered`: what the client got, read back from the frames it was sent (parsed
   only once a failure happened) or from the chunks a translator turned into its events;

@@ -19,13 +19,16 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import structlog
 
 from gateway.common.periodic import Periodic
-from gateway.dispatch.reliability import CircuitBreaker
-from gateway.dispatch.router import Gateway
+from gateway.dispatch.health.breakers import CircuitBreaker
+from gateway.dispatch.health.learned import ContextLimits
+from gateway.dispatch.health.live import DeploymentTracker
+from gateway.dispatch.health.probing import Prober
 from gateway.state.base import StateStore, StateUnavailable
 
 log = structlog.get_logger("shunter.sharing")
@@ -34,11 +37,31 @@ PROBE_PASS_TTL_S = 60.0
 MAX_PEERS = 32
 
 
+class SharedFleet(Protocol):
+    """What replicas share of a gateway's fleet (:class:`~gateway.dispatch.health.fleet.Fleet`
+    or the gateway that holds it)."""
+
+    @property
+    def backends(self) -> Mapping[str, object]: ...
+
+    @property
+    def breakers(self) -> Mapping[str, CircuitBreaker]: ...
+
+    @property
+    def trackers(self) -> Mapping[str, DeploymentTracker]: ...
+
+    @property
+    def context_limits(self) -> ContextLimits: ...
+
+    @property
+    def prober(self) -> Prober: ...
+
+
 class ReplicaSync:
     def __init__(
         self,
         store: StateStore,
-        gateway: Gateway,
+        gateway: SharedFleet,
         interval_s: float = 1.0,
         wall: Callable[[], float] = time.time,
     ) -> None:

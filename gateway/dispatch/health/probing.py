@@ -11,7 +11,7 @@ recovery is seen without spending a user request on it:
 
 A probe that succeeds makes the breaker half-open at once (the next request is the trial);
 a failed or inconclusive one changes nothing, so probes only ever shorten a cooldown.
-With several replicas, :attr:`Prober.claim` (set by :mod:`gateway.dispatch.sharing`) lets
+With several replicas, :attr:`Prober.claim` (set by :mod:`gateway.dispatch.health.sharing`) lets
 one replica probe each deployment per interval, and :attr:`Prober.on_pass` tells the others.
 """
 
@@ -26,7 +26,7 @@ import structlog
 
 from backends.base import Backend
 from gateway.common.periodic import Periodic
-from gateway.dispatch.reliability import CircuitBreaker
+from gateway.dispatch.health.breakers import CircuitBreaker
 
 ProbeResult = Literal["healthy", "unhealthy", "unknown"]
 PROBE_RESULTS: tuple[ProbeResult, ...] = ("healthy", "unhealthy", "unknown")

@@ -5,7 +5,7 @@ timeouts, cut streams, 429/5xx from upstream: never a 4xx caused by the request)
 open for a cooldown: ``cooldown_s`` the first time, doubled on each re-opening, capped at
 ``max_cooldown_s``. Then it is half-open: one request may try (the trial); success closes it
 and resets the cooldown, failure opens it again. While it is open, a background health
-probe (:mod:`gateway.dispatch.probing`) that succeeds makes it half-open at once, so a
+probe (:mod:`gateway.dispatch.health.probing`) that succeeds makes it half-open at once, so a
 recovered deployment is tried again without waiting for the cooldown. Probes only ever
 shorten a cooldown: a failed probe changes nothing.
 

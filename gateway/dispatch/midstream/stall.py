@@ -1,13 +1,13 @@
 """Mid-stream stalls: a stream that sends nothing for its deployment's ``timeouts.stall_s``
 fails with :class:`~gateway.errors.StalledError` (which a resume then continues elsewhere,
-:mod:`gateway.dispatch.resume`)."""
+:mod:`gateway.dispatch.midstream.resume`)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from gateway.dispatch.attempts import Candidate
+from gateway.dispatch.failover.attempts import Candidate
 from gateway.errors import StalledError
 from gateway.protocol.frames import FrameStream, Wrapped
 

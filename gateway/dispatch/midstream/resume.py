@@ -1,7 +1,7 @@
 """Streams that survive their upstream: an answer that fails mid-stream is continued on the
 next candidate, and the client reads one uninterrupted stream.
 
-Retries and fallback (:mod:`gateway.dispatch.failover`) end once the first byte has gone
+Retries and fallback (:mod:`gateway.dispatch.failover.rules`) end once the first byte has gone
 out. After it, when a stream fails (its connection cut, an error event, a stall past the
 deployment's ``stall_s``, a ``total_s`` that ran out, an engine failure) and the route has
 ``resume`` on, the gateway reads back what the client was sent (the frames it kept a
@@ -42,17 +42,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from backends.base import Price, cost_usd
 from gateway.admission.limits import DeploymentLimitedError
-from gateway.dispatch.attempts import Candidate, attempt_once, within
-from gateway.dispatch.failover import Admit, cause_of
-from gateway.dispatch.live import Attempt
-from gateway.dispatch.splice import (
+from gateway.dispatch.failover.attempts import Candidate, attempt_once, within
+from gateway.dispatch.failover.rules import Admit, OpenedStream, cause_of
+from gateway.dispatch.health.fleet import PrefillRefusals
+from gateway.dispatch.health.live import Attempt
+from gateway.dispatch.midstream.splice import (
     Chunk,
     Delivered,
     Form,
@@ -63,7 +64,7 @@ from gateway.dispatch.splice import (
     read_chunks,
     read_frames,
 )
-from gateway.dispatch.stall import StallGuard, stall_guard
+from gateway.dispatch.midstream.stall import StallGuard, stall_guard
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,
@@ -83,28 +84,8 @@ from gateway.protocol import (
 from gateway.protocol.frames import Deadline, Framed, FrameStream
 from gateway.telemetry.tracing import attempt_span
 
-if TYPE_CHECKING:
-    from gateway.dispatch.router import Gateway, OpenedStream
-
 log = structlog.get_logger("shunter.dispatch")
 Opened = tuple[Candidate, Form, Chunk, AsyncIterator[Chunk], Attempt]
-NO_PREFILL_TTL_S = 3600.0
-
-
-@dataclass
-class ResumeBook:
-    """What resumes learn across requests: the deployments that answered a prefill
-    continuation with a 400 (until when their prefill is skipped)."""
-
-    no_prefill: dict[str, float] = field(default_factory=dict)
-
-    def prefill(self, name: str) -> bool:
-        """Whether ``name`` may be sent a prefill continuation."""
-        until = self.no_prefill.get(name)
-        return until is None or until < time.monotonic()
-
-    def refused(self, name: str) -> None:
-        self.no_prefill[name] = time.monotonic() + NO_PREFILL_TTL_S
 
 
 @dataclass
@@ -124,7 +105,7 @@ class Resume:
 
     def __init__(
         self,
-        gateway: Gateway,
+        refusals: PrefillRefusals,
         opened: OpenedStream,
         request: ChatCompletionRequest | CompletionRequest,
         admit: Admit | None,
@@ -132,7 +113,7 @@ class Resume:
         translator: ChunkTranslator | None,
         resumes: int,
     ) -> None:
-        self._gateway = gateway
+        self._refusals = refusals
         self._opened = opened
         self._request = request
         self._admit = admit
@@ -143,9 +124,8 @@ class Resume:
         self._current = opened.candidate
         routing = opened.routing
         # candidates the request already left before its first byte are not asked again
-        left = routing.trail.left if routing is not None else []
-        self._tried = {opened.candidate.settings.name, *(name for name, _ in left)}
-        self._prompt = routing.request.prompt_tokens if routing is not None else 0
+        self._tried = {opened.candidate.settings.name, *(name for name, _ in routing.trail.left)}
+        self._prompt = routing.request.prompt_tokens
         self._segments: list[_Segment] = []
         self._base_tokens = 0  # delivered tokens at the last resume
         self.records: list[dict[str, Any]] = []
@@ -157,36 +137,36 @@ class Resume:
     @classmethod
     def begin(
         cls,
-        gateway: Gateway,
+        resumes: int,
+        refusals: PrefillRefusals,
         opened: OpenedStream,
         request: ChatCompletionRequest | CompletionRequest,
         admit: Admit | None,
         facts: dict[str, Any],
         framed: bool,
     ) -> Resume | None:
-        """The resumes of a stream just opened, or ``None`` when its route has them off,
-        has no other candidate, or its frames cannot be read back (a pass-through of
-        another API's events)."""
-        route = gateway.config.models.get(request.model)
-        routing = opened.routing
+        """The resumes (at most ``resumes``) of a stream just opened, or ``None`` when its
+        route has them off (0), has no other candidate, or its frames cannot be read back
+        (a pass-through of another API's events)."""
         translator = chunk_translator(opened.rest)
         if (
-            route is None
-            or not (route.resume and route.fallback)
-            or routing is None
-            or len(routing.candidates) < 2
+            resumes <= 0
+            or len(opened.routing.candidates) < 2
             or (translator is None and not framed)
         ):
             if translator is not None:
                 translator.delivered = None  # nothing will read them back
             return None
-        return cls(gateway, opened, request, admit, facts, translator, route.max_resumes)
+        return cls(refusals, opened, request, admit, facts, translator, resumes)
 
     # --- after a failure -----------------------------------------------------------------
 
-    async def after(self, failure: Exception, stream: FrameStream) -> FrameStream | None:
-        """The stream that continues the answer ``stream`` failed to finish, or ``None``
-        when nothing can (the caller then ends it with the in-band error)."""
+    async def after(
+        self, failure: Exception, stream: FrameStream, attempt: Attempt
+    ) -> tuple[FrameStream, Attempt] | None:
+        """The stream that continues the answer ``stream`` (tracked by ``attempt``) failed
+        to finish, with its own attempt; ``None`` when nothing can (the caller then ends it
+        with the in-band error)."""
         if isinstance(failure, GatewayError) and not failure.counts_as_failure:
             return None  # the request's own fault: another deployment would say the same
         if self._left <= 0:
@@ -196,7 +176,7 @@ class Resume:
         delivered = self._delivered()
         await _aclose(stream)
         failed.breaker.record_failure()
-        self._opened.attempt.finish(None, failed=True)
+        attempt.finish(None, failed=True)
         self._segments.append(_Segment(failed.settings.price, delivered.tokens - self._base_tokens))
         self._base_tokens = delivered.tokens
         why = delivered.unresumable(self._request)
@@ -206,7 +186,8 @@ class Resume:
             return None
         left = left_to_generate(self._request, delivered)
         if left is not None and left <= 0:
-            return self._spliced(failed, cause, "text", delivered, self._at_limit(delivered))
+            at_limit = self._at_limit(delivered)
+            return self._spliced(failed, cause, "text", delivered, at_limit), attempt
         self._span_facts = {
             "shunter.resume.after": failed.settings.name,
             "shunter.resume.cause": cause,
@@ -218,10 +199,10 @@ class Resume:
             return None
         candidate, form, first, rest, tracked = opened
         self._left -= 1
-        self._current, self._opened.attempt = candidate, tracked
+        self._current = candidate
         stream = self._spliced(failed, cause, form, delivered, (first, rest))
         self._facts["resume_ms"] = round((time.perf_counter() - started) * 1000, 2)
-        return stream
+        return stream, tracked
 
     def cost(self, usage: Usage | None) -> float | None:
         """What the whole answer costs, each deployment's part at its price (the prompt
@@ -245,9 +226,7 @@ class Resume:
 
     async def _open(self, delivered: Delivered) -> Opened | None:
         """The first other candidate that starts a continuation, with its first chunk."""
-        routing = self._opened.routing
-        assert routing is not None
-        for candidate in routing.candidates:
+        for candidate in self._opened.routing.candidates:
             name = candidate.settings.name
             if name in self._tried or not self._serves(candidate):
                 continue
@@ -268,8 +247,7 @@ class Resume:
     async def _try(self, candidate: Candidate, delivered: Delivered) -> Opened | None:
         """A continuation on ``candidate``, in the first form it accepts."""
         routing = self._opened.routing
-        assert routing is not None
-        book: ResumeBook = self._gateway.resumes
+        book = self._refusals
         name = candidate.settings.name
         refused = False
         for form in self._forms(candidate, delivered):
@@ -308,7 +286,7 @@ class Resume:
         if isinstance(self._request, CompletionRequest):
             return ["text"]
         name = candidate.settings.name
-        prefill = candidate.backend.capabilities.prefill and self._gateway.resumes.prefill(name)
+        prefill = candidate.backend.capabilities.prefill and self._refusals.prefill(name)
         if delivered.calls:  # a tool call is only written again from where the text ends
             return ["prefill"] if prefill else []
         return ["prefill", "user_turn"] if prefill else ["user_turn"]
@@ -366,9 +344,7 @@ class Resume:
             stream = self._translator
         else:
             stream = Framed(spliced)
-        stream = stall_guard(stream, candidate)
-        self._opened.rest = stream
-        return stream
+        return stall_guard(stream, candidate)
 
     def _closer(
         self, record: dict[str, Any], form: Form, delivered: Delivered

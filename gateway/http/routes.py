@@ -1,5 +1,8 @@
-"""The HTTP endpoints: OpenAI's (chat, completions, Responses, embeddings, models) and
-Anthropic's Messages.
+"""The HTTP routes: OpenAI's (chat, completions, Responses, embeddings, models),
+Anthropic's Messages, health and metrics. The generation APIs' routes live beside their
+endpoints (:mod:`~gateway.http.chat`, :mod:`~gateway.http.completions`,
+:mod:`~gateway.http.responses`, :mod:`~gateway.http.messages`,
+:mod:`~gateway.http.embeddings`); the rest are here.
 
 Every ``/v1`` route answers only to a valid key when keys are configured: generation and
 embeddings through admission (:mod:`gateway.http.serving`); the model list shows the
@@ -10,29 +13,24 @@ models the key may use; worker stats need any valid key. ``/health/liveness`` is
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict
 from typing import Any
 
-from litestar import Request, Response, asgi, delete, get
+from litestar import Request, Response, get
 from litestar.params import FromPath
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import ASGIApp
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.admission.keys import KeyInfo, may_use
-from gateway.dispatch.router import Gateway
+from gateway.dispatch import Gateway
 from gateway.errors import NotFoundError
-from gateway.http.apis import MESSAGES, RESPONSES, count_tokens, input_item_list, stored
-from gateway.http.asgi import JSONBody
-from gateway.http.serving import (
-    CHAT,
-    COMPLETION,
-    Services,
-    handle,
-    handle_embeddings,
-    json_response,
-)
+from gateway.http.chat import chat_completions
+from gateway.http.completions import completions
+from gateway.http.embeddings import embeddings
+from gateway.http.intake import Services, json_response
+from gateway.http.messages import MESSAGE_ROUTES
+from gateway.http.responses import RESPONSE_ROUTES
 from gateway.protocol import ModelList
 from gateway.telemetry.instruments import Telemetry
 
@@ -54,69 +52,6 @@ async def _visible_models(request: Request[Any, Any, Any]) -> ModelList:
     if key.models is None:
         return models
     return ModelList(data=[m for m in models.data if may_use(key, m.id)])
-
-
-@asgi("/v1/chat/completions", copy_scope=False)
-async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
-    await handle(scope, receive, send, CHAT)
-
-
-@asgi("/v1/completions", copy_scope=False)
-async def completions(scope: Scope, receive: Receive, send: Send) -> None:
-    await handle(scope, receive, send, COMPLETION)
-
-
-@asgi("/v1/responses", copy_scope=False)
-async def responses(scope: Scope, receive: Receive, send: Send) -> None:
-    await handle(scope, receive, send, RESPONSES)
-
-
-@asgi("/v1/messages", copy_scope=False)
-async def messages(scope: Scope, receive: Receive, send: Send) -> None:
-    await handle(scope, receive, send, MESSAGES)
-
-
-@asgi("/v1/messages/count_tokens", copy_scope=False)
-async def messages_count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
-    await count_tokens(scope, receive, send)
-
-
-def _services(request: Request[Any, Any, Any]) -> Services:
-    services: Services = request.app.state.services
-    return services
-
-
-@get("/v1/responses/{response_id:str}")
-async def retrieve_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> ASGIApp:
-    """A stored response, for the key that created it (404 for any other)."""
-    auth = request.headers.get("authorization")
-    record = await stored(_services(request), auth, response_id)
-    return JSONBody(json.dumps(record["response"]).encode(), {})
-
-
-@get("/v1/responses/{response_id:str}/input_items")
-async def response_input_items(
-    request: Request[Any, Any, Any], response_id: FromPath[str]
-) -> ASGIApp:
-    """The input items of a stored response, in order (one page)."""
-    auth = request.headers.get("authorization")
-    record = await stored(_services(request), auth, response_id)
-    return json_response(input_item_list(record, response_id), {})
-
-
-@delete("/v1/responses/{response_id:str}", status_code=200)
-async def delete_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> ASGIApp:
-    """Delete a stored response (the key that created it only)."""
-    services = _services(request)
-    key = await services.admission.authenticate(request.headers.get("authorization"))
-    await services.responses.delete(response_id, key.id)
-    body = {"id": response_id, "object": "response.deleted", "deleted": True}
-    return JSONBody(json.dumps(body).encode(), {})
-
-
-@asgi("/v1/embeddings", copy_scope=False)
-async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
-    await handle_embeddings(scope, receive, send)
 
 
 @get("/v1/models")
@@ -185,12 +120,8 @@ ROUTES = [
     metrics,
     chat_completions,
     completions,
-    responses,
-    retrieve_response,
-    response_input_items,
-    delete_response,
-    messages,
-    messages_count_tokens,
+    *RESPONSE_ROUTES,
+    *MESSAGE_ROUTES,
     embeddings,
     list_models,
     retrieve_model,

@@ -1,0 +1,43 @@
+"""A stream that survives its upstream: when it fails after its first byte, the rest comes
+from the continuation :class:`~gateway.dispatch.midstream.resume.Resume` opens on another
+candidate, marked by an SSE comment line; only when nothing can continue does the failure
+reach the reader."""
+
+from __future__ import annotations
+
+from gateway.dispatch.health.live import Attempt
+from gateway.dispatch.midstream.resume import Resume
+from gateway.protocol.frames import FrameStream, Wrapped
+
+
+class Surviving(Wrapped):
+    """``inner``'s frames, continued past a failure where ``resume`` can. ``attempt``
+    tracks the deployment now answering (a continuation's own, after a resume)."""
+
+    def __init__(self, inner: FrameStream, resume: Resume, attempt: Attempt) -> None:
+        self._inner = inner
+        self._resume = resume
+        self.attempt = attempt
+        # references only (chat and completions): parsed on a failure, to continue from
+        self._sent = resume.sent
+
+    def __aiter__(self) -> Surviving:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            data = await self._inner.__anext__()
+        except StopAsyncIteration:
+            raise
+        except Exception as exc:
+            continued = await self._resume.after(exc, self._inner, self.attempt)
+            if continued is None:
+                raise
+            self._inner, self.attempt = continued
+            return self._resume.note
+        if self._sent is not None:
+            self._sent.append(data)
+        return data
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

@@ -1,0 +1,103 @@
+"""The contract of one generation API on the shared request path
+(:mod:`gateway.http.serving`): how it reads a body, what admission and routing see of it,
+how one backend answers it whole or streamed, and how an answer is written.
+
+One subclass per API, beside its route: :mod:`~gateway.http.chat`,
+:mod:`~gateway.http.completions`, :mod:`~gateway.http.responses`,
+:mod:`~gateway.http.messages`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from backends.base import Backend
+from gateway.admission.admit import RequestFacts
+from gateway.admission.keys import KeyInfo
+from gateway.dispatch import ServedStream
+from gateway.errors import GatewayError
+from gateway.http.intake import Services
+from gateway.protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    Usage,
+)
+from gateway.protocol.frames import FrameStream
+
+
+class Served(Protocol):
+    """What the request path reads of any parsed generation request."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def stream(self) -> bool | None: ...
+
+    def include_usage(self) -> bool: ...
+
+
+class Answer(Protocol):
+    """What the request path reads of any whole answer: its usage, for settling."""
+
+    @property
+    def usage(self) -> Usage | None: ...
+
+
+Req = TypeVar("Req", bound=Served)
+Whole = TypeVar("Whole", bound=Answer)
+
+
+class Endpoint(ABC, Generic[Req, Whole]):
+    """How one generation API maps onto the backends, from body to last byte.
+
+    ``operation`` names it to telemetry; ``x_api_key``: the key may come in
+    ``x-api-key`` (Anthropic's header); ``framed``: its streams are OpenAI chunk frames,
+    which a resume can read back (the translated APIs are resumed through their
+    translator instead); ``cached``: the answer type the response cache keeps."""
+
+    operation: ClassVar[str]
+    x_api_key: ClassVar[bool] = False
+    framed: ClassVar[bool] = False
+    cached: ClassVar[type[ChatCompletion] | type[Completion]] = ChatCompletion
+
+    @abstractmethod
+    def parse(self, raw: bytes) -> Req:
+        """The request in ``raw`` (a 400 naming the offending field when invalid)."""
+
+    async def prepare(self, services: Services, key: KeyInfo, body: Req) -> None:
+        """Complete the request once the caller is known (a stored conversation)."""
+
+    @abstractmethod
+    def request(self, body: Req) -> ChatCompletionRequest | CompletionRequest:
+        """The chat (or completion) request that the cache keys and routing describe."""
+
+    @abstractmethod
+    def facts(self, body: Req) -> RequestFacts:
+        """What admission reserves for the request."""
+
+    @abstractmethod
+    async def whole(self, backend: Backend, body: Req) -> Whole:
+        """The whole answer of ``backend``."""
+
+    @abstractmethod
+    def stream(self, backend: Backend, body: Req) -> FrameStream:
+        """``backend``'s answer as a stream of frames to write."""
+
+    @abstractmethod
+    async def render(self, body: Req, answer: Whole) -> bytes:
+        """A whole answer (or a cache hit) as the response body."""
+
+    @abstractmethod
+    def replay(self, body: Req, hit: Any) -> AsyncIterator[bytes]:
+        """A cache hit as the stream the client asked for."""
+
+    @abstractmethod
+    def end(self, body: Req, stream: ServedStream, failure: GatewayError | None) -> bytes:
+        """The last bytes of a stream: after a complete one, or the in-band error frames
+        after a failure."""

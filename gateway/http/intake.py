@@ -1,0 +1,147 @@
+"""What the request path reads of a request before it does anything with it: the caller's
+key (from the headers alone, before the body is read) and the body, size-limited and
+validated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from litestar.exceptions import ClientException, MethodNotAllowedException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.types import Receive, Scope
+from pydantic import BaseModel, ValidationError
+
+from gateway.admission.admit import Admission
+from gateway.admission.cache import ResponseCache
+from gateway.admission.keys import KeyInfo
+from gateway.dispatch import Gateway
+from gateway.errors import ServiceUnavailableError
+from gateway.http.asgi import JSONBody
+from gateway.ingress.store import ResponseStore
+from gateway.protocol import jsonio
+from gateway.protocol.validation import request_error
+from gateway.telemetry.tracing import note_request
+
+M = TypeVar("M", bound=BaseModel)
+MAX_BODY_BYTES = 10_000_000  # as the framework's default for its own handlers
+
+
+@dataclass
+class Services:
+    """What the request path uses besides the gateway; one per app.
+
+    ``send_timeout_s``: how long one write may wait for a client that stopped reading;
+    ``protect_ops``: whether ``/metrics`` and readiness figures need the master key;
+    ``responses``: the stored responses of ``/v1/responses``."""
+
+    admission: Admission
+    cache: ResponseCache
+    responses: ResponseStore
+    send_timeout_s: float = 30.0
+    protect_ops: bool = False
+
+
+@dataclass
+class Arrival:
+    """A request whose caller is known and whose body has been read (not yet parsed)."""
+
+    services: Services
+    gateway: Gateway
+    key: KeyInfo
+    body: bytes
+    facts: dict[str, Any]
+    """The log/metrics facts of this request (written out by the middleware)."""
+    request_id: str
+
+
+async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arrival:
+    """The caller's key, then the body: a request with a bad key is refused before its
+    body is read."""
+    services, gateway, key = await authenticated(scope, x_api_key)
+    body = await read_body(scope, receive)
+    facts = request_facts(scope)
+    return Arrival(services, gateway, key, body, facts, scope["state"].get("request_id", ""))
+
+
+def parse_body(model: type[M], body: bytes) -> M:
+    """Validate a request body; errors become 400s naming the offending ``param``."""
+    try:
+        parsed = jsonio.validate_json(model, body)
+    except ValidationError as exc:
+        raise request_error(exc) from exc
+    note_request(parsed)  # the span's sampling parameters, from this one parse
+    return parsed
+
+
+def request_facts(scope: Scope) -> dict[str, Any]:
+    """The log/metrics facts of this request (written out by the middleware)."""
+    facts: dict[str, Any] = scope.setdefault("state", {}).setdefault("log", {})
+    return facts
+
+
+def taking_work(gateway: Gateway) -> Gateway:
+    """The gateway, if it takes new work: while draining, new requests go elsewhere."""
+    if gateway.draining:
+        raise ServiceUnavailableError(
+            "This gateway is shutting down; retry on another replica.",
+            code="shutting_down",
+            retry_after=1.0,
+        )
+    return gateway
+
+
+def json_response(model: BaseModel, headers: dict[str, str]) -> JSONBody:
+    return JSONBody(jsonio.to_json(model), headers)
+
+
+async def authenticated(scope: Scope, x_api_key: bool = False) -> tuple[Services, Gateway, KeyInfo]:
+    """The app's services, its gateway (if it takes work) and the caller's key, from the
+    headers alone: a request with a bad key is refused before its body is read."""
+    if scope.get("method") != "POST":
+        raise MethodNotAllowedException(headers={"allow": "POST"})
+    state = scope["app"].state
+    gateway = taking_work(state.gateway)
+    services: Services = state.services
+    key = await services.admission.authenticate(credentials(scope, x_api_key))
+    request_facts(scope)["key_id"] = key.id
+    return services, gateway, key
+
+
+def credentials(scope: Scope, x_api_key: bool = False) -> str | None:
+    """The ``Authorization`` header; where Anthropic's clients call, ``x-api-key`` too
+    (as a bearer token) when there is no ``Authorization``."""
+    authorization = _header(scope, b"authorization")
+    if authorization is None and x_api_key:
+        key = _header(scope, b"x-api-key")
+        if key:
+            return f"Bearer {key}"
+    return authorization
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body; 413 past ``limit`` bytes (announced or received)."""
+    announced = _header(scope, b"content-length")
+    if announced is not None and announced.isdigit() and int(announced) > limit:
+        raise RequestEntityTooLarge
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientException("The client went away before sending the whole body.")
+        chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise RequestEntityTooLarge
+            parts.append(chunk)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None

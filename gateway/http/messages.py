@@ -1,0 +1,145 @@
+"""``/v1/messages``: Anthropic's Messages API on the shared request path.
+
+A request is translated to the gateway's chat request (:mod:`gateway.ingress.messages`),
+so every backend serves it; one routed to a backend whose upstream speaks Messages itself
+(``anthropic``) is passed through untouched. Besides, ``POST /v1/messages/count_tokens``,
+and errors on these routes in Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import asgi
+from litestar.exceptions import MethodNotAllowedException
+from litestar.types import Receive, Scope, Send
+
+from backends.base import Backend
+from gateway.admission.admit import RequestFacts
+from gateway.admission.cache import chat_chunks, replay
+from gateway.admission.keys import check_model
+from gateway.dispatch import ServedStream
+from gateway.errors import GatewayError
+from gateway.http.abilities import native_messages, token_counter
+from gateway.http.asgi import JSONBody
+from gateway.http.endpoint import Endpoint
+from gateway.http.intake import (
+    Services,
+    credentials,
+    parse_body,
+    read_body,
+    request_facts,
+    taking_work,
+)
+from gateway.http.serving import handle
+from gateway.ingress.message_events import MessageEvents
+from gateway.ingress.messages import MessagesCall, NativeMessage, message_answer, to_chat
+from gateway.ingress.translate import sse
+from gateway.protocol import ChatCompletion, ChatCompletionRequest
+from gateway.protocol.frames import FrameStream
+from gateway.protocol.messages import (
+    CountTokensRequest,
+    MessagesRequest,
+    anthropic_status,
+    error_body,
+)
+
+Answered = ChatCompletion | NativeMessage
+
+
+class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
+    operation = "messages"
+    x_api_key = True
+
+    def parse(self, raw: bytes) -> MessagesCall:
+        body = parse_body(MessagesRequest, raw)
+        return MessagesCall(body, to_chat(body))
+
+    def request(self, call: MessagesCall) -> ChatCompletionRequest:
+        return call.chat
+
+    def facts(self, call: MessagesCall) -> RequestFacts:
+        return RequestFacts.of_chat(call.chat)
+
+    async def whole(self, backend: Backend, call: MessagesCall) -> Answered:
+        native = native_messages(backend)
+        if native is not None:
+            content, usage = await native.messages(call.native(stream=False))
+            return NativeMessage(content, usage)
+        return await backend.chat(call.chat)
+
+    def stream(self, backend: Backend, call: MessagesCall) -> FrameStream:
+        native = native_messages(backend)
+        if native is not None:
+            return native.messages_stream(call.native(stream=True))
+        return MessageEvents(backend.chat_stream(call.chat), call.model)
+
+    async def render(self, call: MessagesCall, answer: Answered) -> bytes:
+        if isinstance(answer, NativeMessage):
+            return answer.body
+        return message_answer(answer).model_dump_json().encode()
+
+    async def replay(self, call: MessagesCall, hit: ChatCompletion) -> AsyncIterator[bytes]:
+        for frame in await MessageEvents(replay(chat_chunks(hit)), call.model).drain():
+            yield frame
+
+    def end(self, call: MessagesCall, stream: ServedStream, failure: GatewayError | None) -> bytes:
+        if failure is None:
+            return b""
+        return sse("error", error_body(anthropic_status(failure.status_code), failure.message))
+
+
+MESSAGES = MessagesEndpoint()
+
+
+@asgi("/v1/messages", copy_scope=False)
+async def messages(scope: Scope, receive: Receive, send: Send) -> None:
+    await handle(scope, receive, send, MESSAGES)
+
+
+@asgi("/v1/messages/count_tokens", copy_scope=False)
+async def messages_count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
+    """``POST /v1/messages/count_tokens``: the key and its model scope are checked (no
+    limits are taken: nothing is generated). Exact where the model's first deployment can
+    count (a local engine with its chat template, or an Anthropic upstream's own count);
+    estimated elsewhere. ``x-shunter-token-count`` says which: ``exact``, ``upstream`` or
+    ``estimated``."""
+    if scope.get("method") != "POST":
+        raise MethodNotAllowedException(headers={"allow": "POST"})
+    state = scope["app"].state
+    gateway = taking_work(state.gateway)
+    services: Services = state.services
+    key = await services.admission.authenticate(credentials(scope, x_api_key=True))
+    body = parse_body(CountTokensRequest, await read_body(scope, receive))
+    request_facts(scope).update(key_id=key.id, model=body.model)
+    check_model(key, body.model)
+    backend = gateway.first_choice(body.model)
+    call = MessagesCall(body, to_chat(body, stream=False))
+    native, counter = native_messages(backend), token_counter(backend)
+    if native is not None:
+        asked = call.native(stream=False)
+        asked.pop("max_tokens", None)
+        tokens, how = await native.count_message_tokens(asked), "upstream"
+    elif counter is not None:
+        tokens, how = await counter.count_tokens(call.chat), "exact"
+    else:
+        tokens, how = RequestFacts.of_chat(call.chat).prompt_tokens, "estimated"
+    answer = JSONBody(_json({"input_tokens": tokens}), {"x-shunter-token-count": how})
+    await answer(scope, receive, send)
+
+
+MESSAGE_ROUTES = [messages, messages_count_tokens]
+
+
+def anthropic_error(
+    status: int, message: str, request_id: str | None
+) -> tuple[int, dict[str, Any]]:
+    """An error on the Messages routes, in Anthropic's shape and with its status."""
+    status = anthropic_status(status)
+    return status, error_body(status, message, request_id)
+
+
+def _json(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
