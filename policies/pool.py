@@ -11,10 +11,9 @@ fast path (:mod:`policies.fast`) then asks each filter about one candidate of ea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, is_
-from typing import overload
 
 from policies.facts import Candidate
 
@@ -34,46 +33,32 @@ class Kinds:
     samples: tuple[Candidate, ...]
 
 
-class Pool(Sequence[Candidate]):
+class Pool(tuple[Candidate, ...]):
     """An immutable sequence of candidates that remembers their kinds per filter.
 
     Build one per change of the fleet, not per request: the kinds are worked out once per
-    pool and filter (a pass over the candidates), then every request reads them."""
+    pool and filter (a pass over the candidates), then every request reads them. A tuple,
+    so that reading candidates by position costs what a tuple's does."""
 
-    __slots__ = ("_items", "_kinds")
+    _kinds: dict[KindOf, Kinds]
 
-    def __init__(self, candidates: Sequence[Candidate]) -> None:
-        self._items: tuple[Candidate, ...] = tuple(candidates)
-        self._kinds: dict[KindOf, Kinds] = {}
+    def __new__(cls, candidates: Iterable[Candidate] = ()) -> Pool:
+        pool = super().__new__(cls, candidates)
+        pool._kinds = {}
+        return pool
 
     def renewed(self, candidates: Sequence[Candidate]) -> Pool:
         """This pool if ``candidates`` are its own, one for one (the same objects); else a
         pool of them, which keeps the kinds worked out here when only live figures moved
         (every candidate's facts the same object), since kinds read facts alone."""
-        items = self._items
-        if len(items) != len(candidates):
+        if len(self) != len(candidates):
             return Pool(candidates)
-        if all(map(is_, items, candidates)):
+        if all(map(is_, self, candidates)):
             return self
         fresh = Pool(candidates)
-        if all(map(is_, map(_facts, items), map(_facts, fresh._items))):
+        if all(map(is_, map(_facts, self), map(_facts, fresh))):
             fresh._kinds = self._kinds
         return fresh
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    @overload
-    def __getitem__(self, index: int) -> Candidate: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Candidate]: ...
-
-    def __getitem__(self, index: int | slice) -> Candidate | Sequence[Candidate]:
-        return self._items[index]
-
-    def __iter__(self) -> Iterator[Candidate]:
-        return iter(self._items)
 
     def kinds(self, kind_of: KindOf) -> Kinds:
         """The candidates grouped by ``kind_of``, worked out on the first call."""
@@ -82,7 +67,7 @@ class Pool(Sequence[Candidate]):
             index: dict[Hashable, int] = {}
             samples: list[Candidate] = []
             of: list[int] = []
-            for cand in self._items:
+            for cand in self:
                 key = kind_of(cand)
                 at = index.get(key)
                 if at is None:

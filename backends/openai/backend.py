@@ -45,7 +45,7 @@ from backends.http.errors import (
 )
 from backends.http.jsonbody import encode_json, load_json
 from backends.http.sse import block_of, data_events, data_frame, frame_start, frames_of, last_frame
-from backends.openai.frames import RawChatStream, ends_bare, finishes, usage_only
+from backends.openai.frames import RawChatStream, finishes, usage_only
 from backends.openai.settings import OpenAICompatSettings
 from gateway.common.periodic import Periodic
 from gateway.errors import GatewayError, UpstreamError
@@ -287,7 +287,7 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
                             tail = (*tail[1:], block)
                             # the usage-only chunk closes every stream: [DONE] is all
                             # that follows, and nothing waits for it
-                            last = last or (ends_bare(block) and usage_only(last_frame(block)))
+                            last = last or usage_only(last_frame(block))
                         if error is not None:
                             raise self._in_band_error(error)
                         if last:
@@ -320,8 +320,10 @@ def _data_of(raw: bytes) -> tuple[bytes, int, bool, bytes | None]:
     (all of a read but the stream's last, from OpenAI-compatible servers) are passed on
     as they came; only the frames from there on are looked at one by one."""
     if b"[DONE]" not in raw and b'"error"' not in raw:  # every read of a stream but its last
-        if raw.count(b"\n") == 2 and raw.startswith(b"data:") and raw.endswith(b"\n\n"):
-            return raw, 1, False, None  # one one-line event: a token-by-token server's read
+        # one one-line event (a token-by-token server's read): its first newline ends it;
+        # in a read of several, the search stops at the end of the first
+        if raw.find(b"\n") == len(raw) - 2 and raw.startswith(b"data:") and raw.endswith(b"\n\n"):
+            return raw, 1, False, None
         frames = data_events(raw)
         return (raw, frames, False, None) if frames else _sorted_block(raw)
     cut = frame_start(raw, b"[DONE]", b'"error"')

@@ -154,12 +154,6 @@ def finishes(frame: bytes) -> bool:
     return b'"usage":{' in frame or b'"usage": {' in frame
 
 
-def ends_bare(block: bytes) -> bool:
-    """Whether some frame of ``block`` has no choices (as the usage-only chunk has): a
-    scan of the whole block, cheaper than finding its last frame to ask :func:`usage_only`."""
-    return _NO_CHOICES[0] in block or _NO_CHOICES[1] in block
-
-
 def usage_only(frame: bytes) -> bool:
     """The usage-only chunk that closes a stream (``choices: []`` and usage)."""
     return (_NO_CHOICES[0] in frame or _NO_CHOICES[1] in frame) and b'"usage"' in frame
