@@ -5,6 +5,7 @@ of any shape refused cleanly."""
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         finally:
             stop_server(srv)
             redis.stop()
+
+
+def test_uptime_counts_from_the_start_not_from_the_first_view(server: Server) -> None:
+    time.sleep(1.5)  # the first look at the page comes well after the start
+    headers = {"authorization": f"Bearer {MASTER}"}
+    status = httpx.get(f"{server.base_url}/ui/status.json", headers=headers).json()
+    assert status["gateway"]["uptime_s"] >= 1.5
 
 
 def test_a_signed_out_session_is_ended_on_the_server(server: Server) -> None:
