@@ -1,7 +1,8 @@
 """The one contract every backend implements, and the settings every deployment shares.
 
 A backend serves one deployment: a model on an engine (in-process llama.cpp or vLLM) or
-behind a remote API. The gateway talks to it only through :class:`Backend`:
+behind a remote API. The gateway talks to it only through :class:`Backend`, a base class
+every backend derives from:
 
 * ``chat`` / ``completion`` answer a whole request;
 * ``chat_stream`` / ``completion_stream`` yield OpenAI chunks as they are produced. The
@@ -10,6 +11,20 @@ behind a remote API. The gateway talks to it only through :class:`Backend`:
 * ``stats`` returns live figures for routing and metrics, without I/O;
 * ``start`` / ``aclose`` acquire and release the engine or connection pool.
 
+Abilities some deployments have are methods of :class:`Backend` too, each with a default
+that raises :class:`NotSupportedError`; :class:`Capabilities` says which a deployment has,
+and callers read it before they call (it is the one place that says so):
+
+* ``embeddings`` (``capabilities.embeddings``);
+* ``chat_stream_raw``: the upstream's chat frames as they came (``chat_stream_raw``);
+* ``messages`` / ``messages_stream`` / ``count_message_tokens``: Anthropic's Messages
+  API spoken natively (``native_messages``);
+* ``count_tokens``: a chat prompt's exact token count (``count_tokens``);
+* ``health``: a cheap probe; by default the backend's own state (not stalled).
+
+A backend that wraps another derives from :class:`backends.wrapper.WrapperBackend`, which
+forwards all of it, and overrides only what it changes.
+
 Errors are raised as :mod:`gateway.errors` classes; each backend maps its own failures in
 a private ``_map_errors`` step. Cancelling a stream's consumer (client disconnect) must stop
 the work it started.
@@ -17,12 +32,14 @@ the work it started.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.errors import InvalidRequestError
 from gateway.planner import Device, MemoryPlan, ModelSize
 from gateway.protocol import (
     ChatCompletion,
@@ -32,7 +49,9 @@ from gateway.protocol import (
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResponse,
+    Usage,
 )
+from gateway.protocol.frames import FrameStream
 
 
 class Price(BaseModel):
@@ -130,10 +149,28 @@ class DeploymentSettings(BaseModel):
         """Whether its answers can carry token logprobs (what a cascade judges)."""
         return False
 
+    # what it needs from the machine it runs on (``check-config``, and before serving)
+
+    def upstream_url(self) -> str | None:
+        """Where its remote API answers (``check-config`` asks whether it does); ``None``
+        for an engine in this process."""
+        return None
+
+    def key_variable(self) -> str | None:
+        """The environment variable its API key is read from, which must be set; ``None``:
+        it sends no key."""
+        return None
+
+    def engine_missing(self) -> str | None:
+        """Why its engine cannot run here (not installed, an untested version), or
+        ``None``. May look at installed packages; imports no engine."""
+        return None
+
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a deployment can serve; the router filters on these."""
+    """What a deployment can serve: the router filters on these, and the request path
+    calls an optional :class:`Backend` method only where its flag is set."""
 
     chat: bool = True
     completions: bool = True
@@ -144,6 +181,14 @@ class Capabilities:
     context_length: int | None = None
     prefill: bool = True
     """Continues a trailing assistant message (a resumed stream's preferred form)."""
+    chat_stream_raw: bool = False
+    """Hands over its upstream's chat frames untouched (:meth:`Backend.chat_stream_raw`),
+    cheaper than framing parsed chunks."""
+    native_messages: bool = False
+    """Speaks Anthropic's Messages API itself (:meth:`Backend.messages`,
+    :meth:`~Backend.messages_stream`, :meth:`~Backend.count_message_tokens`)."""
+    count_tokens: bool = False
+    """Counts a chat request's prompt tokens exactly (:meth:`Backend.count_tokens`)."""
 
 
 @dataclass(frozen=True)
@@ -169,43 +214,87 @@ class LiveStats:
     its requests and takes no new ones until it moves again. ``None``: not watched here."""
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """One deployment behind one engine or API."""
+class NotSupportedError(InvalidRequestError):
+    """A deployment was asked for an ability its :class:`Capabilities` do not list. Routing
+    and the request path read the flags first, so a client sees this only where a caller
+    skipped them; it says nothing of the deployment's health."""
+
+    default_code = "not_supported"
+
+
+class Backend(ABC):
+    """One deployment behind one engine or API (see the module docstring)."""
 
     @property
+    @abstractmethod
     def name(self) -> str:
         """The deployment's name, unique in the config."""
-        ...
 
     @property
-    def capabilities(self) -> Capabilities: ...
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What it serves, and which optional methods it answers."""
 
+    @abstractmethod
     async def start(self) -> None:
         """Load the engine or open connections; called once before serving."""
-        ...
 
+    @abstractmethod
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion: ...
 
+    @abstractmethod
     def chat_stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
         """Yield chunks; the last one has ``choices == []`` and ``usage`` set."""
-        ...
 
+    @abstractmethod
     async def completion(self, request: CompletionRequest) -> Completion: ...
 
+    @abstractmethod
     def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
         """Yield text-completion chunks; the last one has ``choices == []`` and ``usage``."""
-        ...
 
+    @abstractmethod
     def stats(self) -> LiveStats: ...
 
+    @abstractmethod
     async def aclose(self) -> None:
         """Stop work and release memory or connections."""
-        ...
 
+    # --- optional: each answers only where its capability is set ------------------------
 
-@runtime_checkable
-class EmbeddingsBackend(Protocol):
-    """A backend that also serves ``/v1/embeddings`` (``capabilities.embeddings``)."""
+    async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse:
+        """``/v1/embeddings`` (``capabilities.embeddings``)."""
+        raise self.not_supported("embeddings")
 
-    async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse: ...
+    def chat_stream_raw(self, request: ChatCompletionRequest) -> FrameStream:
+        """The upstream's chat frames, untouched (``capabilities.chat_stream_raw``)."""
+        raise self.not_supported("raw chat streams")
+
+    async def count_tokens(self, request: ChatCompletionRequest) -> int:
+        """The prompt tokens of a chat request, exactly (``capabilities.count_tokens``)."""
+        raise self.not_supported("exact token counts")
+
+    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
+        """The upstream's ``message`` for a Messages ``body`` (sent as it is), as it
+        answered, and its usage (``capabilities.native_messages``)."""
+        raise self.not_supported("native Messages")
+
+    def messages_stream(self, body: dict[str, Any]) -> FrameStream:
+        """The upstream's SSE events for a Messages ``body``, passed through up to
+        ``message_stop`` (``capabilities.native_messages``)."""
+        raise self.not_supported("native Messages")
+
+    async def count_message_tokens(self, body: dict[str, Any]) -> int:
+        """The upstream's own ``count_tokens`` for a Messages ``body``
+        (``capabilities.native_messages``)."""
+        raise self.not_supported("native Messages")
+
+    async def health(self, timeout_s: float) -> bool | None:
+        """Whether it is up: ``True`` up, ``False`` down, ``None`` cannot tell. Probed in
+        the background while its breaker is open, so it must be cheap. By default the
+        backend's own state (up unless stalled); remote backends ask their upstream."""
+        return not self.stats().stalled
+
+    def not_supported(self, what: str) -> NotSupportedError:
+        """The error for an optional ability this deployment lacks."""
+        return NotSupportedError(f"deployment {self.name!r} does not serve {what}")

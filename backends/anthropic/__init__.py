@@ -1,7 +1,10 @@
 """Anthropic's Messages API behind the OpenAI chat contract: the backend
-(:mod:`~backends.anthropic.backend`), the request and answer translation
-(:mod:`~backends.anthropic.wire`) and the stream events (:mod:`~backends.anthropic.stream`)."""
+(:mod:`~backends.anthropic.backend`), its settings (:mod:`~backends.anthropic.settings`),
+the request and answer translation (:mod:`~backends.anthropic.wire`), the stream events
+(:mod:`~backends.anthropic.stream`) and the Messages pass-through
+(:mod:`~backends.anthropic.native`)."""
 
-from backends.anthropic.backend import AnthropicBackend, AnthropicSettings
+from backends.anthropic.backend import AnthropicBackend
+from backends.anthropic.settings import AnthropicSettings
 
 __all__ = ["AnthropicBackend", "AnthropicSettings"]

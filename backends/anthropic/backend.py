@@ -1,11 +1,13 @@
 """Anthropic's Messages API behind the OpenAI chat contract, streaming included.
 
 The translation lives in :mod:`backends.anthropic.wire` (requests and whole answers) and
-:mod:`backends.anthropic.stream` (stream events); this module holds the settings, the
-HTTP calls and the error mapping. Anthropic errors (``{"type": "error", "error": {type,
-message}}``) map by status as every upstream's do (:func:`backends.http.plumbing.error_for_status`),
-with 529 ``overloaded_error`` → 503 + retry-after; errors sent as stream events map by
-their type through the same table.
+:mod:`backends.anthropic.stream` (stream events), the settings in
+:mod:`backends.anthropic.settings` and the Messages pass-through's stream in
+:mod:`backends.anthropic.native`; this module holds the HTTP calls and the error mapping.
+Anthropic errors (``{"type": "error", "error": {type, message}}``) map by status as every
+upstream's do (:func:`backends.http.errors.error_for_status`), with 529
+``overloaded_error`` → 503 + retry-after; errors sent as stream events map by their type
+through the same table.
 """
 
 from __future__ import annotations
@@ -13,30 +15,18 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import AbstractContextManager, aclosing
-from typing import Any, Literal
+from contextlib import aclosing
+from typing import Any
 
-import httpx
-from pydantic import Field
-
-from backends.anthropic.native import NativeMessages
+from backends.anthropic.native import PassThrough, answer_usage, input_tokens
+from backends.anthropic.settings import AnthropicSettings
 from backends.anthropic.stream import StreamTranslator, ends_message
 from backends.anthropic.wire import from_message, to_messages_request
-from backends.base import Capabilities, LiveStats, continues_final
-from backends.http.plumbing import (
-    HTTPDeploymentSettings,
-    annotate,
-    cut_error,
-    encode_json,
-    error_for_status,
-    load_json,
-    map_transport_errors,
-    parse_event,
-    protocol_error,
-    read_api_key,
-)
-from backends.http.redact import Redactor
-from backends.http.upstream import Upstream, make_upstream, probe
+from backends.base import Capabilities, continues_final
+from backends.http.backend import HTTPBackend
+from backends.http.errors import annotate, cut_error, error_for_status, protocol_error
+from backends.http.jsonbody import encode_json, load_json
+from backends.http.sse import parse_event
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.protocol import (
     ChatCompletion,
@@ -44,62 +34,22 @@ from gateway.protocol import (
     ChatCompletionRequest,
     Completion,
     CompletionRequest,
+    Usage,
 )
+from gateway.protocol.messages import error_status
+
+__all__ = ["AnthropicBackend", "AnthropicSettings"]
 
 MESSAGES_PATH = "v1/messages"
-# the HTTP status Anthropic uses for each error type (docs.claude.com/en/api/errors)
-ERROR_STATUS = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "billing_error": 402,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
-}
+COUNT_TOKENS_PATH = "v1/messages/count_tokens"
 
 
-class AnthropicSettings(HTTPDeploymentSettings):
-    """One deployment behind Anthropic's Messages API (or a server that speaks it)."""
-
-    backend: Literal["anthropic"]
-    base_url: str = "https://api.anthropic.com"
-    api_key_env: str | None = "ANTHROPIC_API_KEY"
-    anthropic_version: str = "2023-06-01"
-    default_max_tokens: int = Field(default=4096, ge=1)
-    tools: bool = True
-    images: bool = True
-    prefill: bool = Field(
-        default=True,
-        description=(
-            "the model continues a last assistant turn; false for models that refuse "
-            "prefill (a resumed stream then continues through a user turn)"
-        ),
-    )
-
-
-class AnthropicBackend(NativeMessages):
+class AnthropicBackend(HTTPBackend[AnthropicSettings]):
     """A :class:`~backends.base.Backend` for chat; legacy completions are refused. Requests
-    in Messages form pass through untouched (:class:`~backends.anthropic.native.NativeMessages`)."""
+    in Messages form pass through untouched (``capabilities.native_messages``, see
+    :mod:`backends.anthropic.native`)."""
 
-    def __init__(
-        self, settings: AnthropicSettings, *, transport: httpx.AsyncBaseTransport | None = None
-    ) -> None:
-        self._settings = settings
-        self._transport = transport
-        self._upstream: Upstream | None = None
-        self._in_flight = 0
-
-    @property
-    def name(self) -> str:
-        return self._settings.name
-
-    @property
-    def settings(self) -> AnthropicSettings:
-        return self._settings
+    health_path = "v1/models"
 
     @functools.cached_property
     def capabilities(self) -> Capabilities:
@@ -114,43 +64,18 @@ class AnthropicBackend(NativeMessages):
             images=s.images,
             context_length=s.context_length,
             prefill=s.prefill,
+            native_messages=True,
         )
 
-    async def start(self) -> None:
-        """Read the API key and open the connection pool."""
-        if self._upstream is not None:
-            return
+    def login_headers(self, key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": self._settings.anthropic_version}
-        key = read_api_key(self._settings.api_key_env)
         if key:
             headers["x-api-key"] = key
-        self._upstream = make_upstream(self._settings, headers, self._transport)
-
-    async def aclose(self) -> None:
-        """Close the pool; streams still open are cut."""
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            await upstream.aclose()
-
-    def stats(self) -> LiveStats:
-        return LiveStats(in_flight=self._in_flight)
-
-    async def health(self, timeout_s: float) -> bool | None:
-        """A background probe while the breaker is open: ``GET health_path`` (default
-        ``v1/models``); ``None`` when probes are off or the upstream cannot tell."""
-        if self._upstream is None or not self._settings.health_check:
-            return None
-        return await probe(self._upstream, self._settings.health_path or "v1/models", timeout_s)
+        return headers
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         """One chat completion through ``POST /v1/messages``."""
-        body = encode_json(self._to_wire(request, stream=False))
-        upstream = self._require_upstream()
-        self._in_flight += 1
-        try:
-            content = await upstream.post(MESSAGES_PATH, body, self._settings.timeouts.total_s)
-        finally:
-            self._in_flight -= 1
+        content = await self._post(MESSAGES_PATH, self._to_wire(request, stream=False))
         result = self._from_wire(content)
         result.model = request.model  # the public name; the upstream's is the deployment's
         return result
@@ -189,6 +114,25 @@ class AnthropicBackend(NativeMessages):
         raise self._chat_only()
         yield  # unreachable; makes this an async generator
 
+    # --- Messages as they are ------------------------------------------------------------
+
+    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
+        """The upstream's ``message`` for ``body`` as it sent it, and its usage."""
+        content = await self._post(MESSAGES_PATH, {**body, "model": self._settings.model})
+        return content, answer_usage(content, self.name)
+
+    def messages_stream(self, body: dict[str, Any]) -> PassThrough:
+        """The upstream's events for ``body``, as it sent them, up to ``message_stop``."""
+        sent = {**body, "model": self._settings.model, "stream": True}
+        return PassThrough(self.post_stream(MESSAGES_PATH, sent), self.name, self._event_error)
+
+    async def count_message_tokens(self, body: dict[str, Any]) -> int:
+        """The upstream's own ``count_tokens`` for ``body``."""
+        upstream = self._require_upstream()
+        payload = encode_json({**body, "model": self._settings.model})
+        content = await upstream.post(COUNT_TOKENS_PATH, payload, self._settings.timeouts.total_s)
+        return input_tokens(content, self.name)
+
     # --- wire ----------------------------------------------------------------------------
 
     def _to_wire(self, request: ChatCompletionRequest, *, stream: bool) -> dict[str, Any]:
@@ -207,18 +151,11 @@ class AnthropicBackend(NativeMessages):
         except (KeyError, TypeError, AttributeError, ValueError):
             raise protocol_error(self.name, "sent a malformed message") from None
 
-    def _map_errors(self) -> AbstractContextManager[None]:
-        """Transport failures (connect, timeout, reset) onto gateway.errors."""
-        return map_transport_errors(self.name, self._redactor())
-
-    def _redactor(self) -> Redactor:
-        return self._upstream.redactor if self._upstream is not None else Redactor()
-
     def _event_error(self, event: dict[str, Any]) -> GatewayError:
         """An ``error`` event in a stream, mapped by its type (overloaded → 503)."""
         error = event.get("error")
         kind = error.get("type") if isinstance(error, dict) else None
-        status = ERROR_STATUS.get(kind or "", 500)
+        status = error_status(kind or "")
         return error_for_status(self.name, status, json.dumps(event), {}, self._redactor())
 
     def _chat_only(self) -> GatewayError:
@@ -227,41 +164,28 @@ class AnthropicBackend(NativeMessages):
         )
         return annotate(exc, counts_as_failure=False)
 
-    def _require_upstream(self) -> Upstream:
-        if self._upstream is None:
-            raise RuntimeError(f"backend {self.name} is not started")
-        return self._upstream
-
     async def _events(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         """Yield decoded stream events up to ``message_stop``, or up to the end of a body
         whose message finished (:func:`ends_message`); a stream cut before that raises."""
-        upstream = self._require_upstream()
-        self._in_flight += 1
         finished = False
-        try:
-            with self._map_errors():
-                async with upstream.stream(
-                    MESSAGES_PATH, encode_json(body), self._settings.timeouts
-                ) as frames:
-                    async for batch in frames:
-                        for frame in batch:
-                            _, data = parse_event(frame)
-                            if not data:
-                                continue
-                            event = load_json(data, self.name)
-                            kind = event.get("type") if isinstance(event, dict) else None
-                            if kind == "error":
-                                raise self._event_error(event)
-                            if kind == "message_stop":
-                                await frames.finish()
-                                return
-                            if kind is not None:
-                                finished = finished or ends_message(event)
-                                yield event
-            if not finished:
-                raise cut_error(self.name, "stream ended before message_stop")
-        finally:
-            self._in_flight -= 1
+        async with self.post_stream(MESSAGES_PATH, body) as frames:
+            async for batch in frames:
+                for frame in batch:
+                    _, data = parse_event(frame)
+                    if not data:
+                        continue
+                    event = load_json(data, self.name)
+                    kind = event.get("type") if isinstance(event, dict) else None
+                    if kind == "error":
+                        raise self._event_error(event)
+                    if kind == "message_stop":
+                        await frames.finish()
+                        return
+                    if kind is not None:
+                        finished = finished or ends_message(event)
+                        yield event
+        if not finished:
+            raise cut_error(self.name, "stream ended before message_stop")
 
 
 def _strip_prefill(body: dict[str, Any]) -> str:

@@ -10,91 +10,59 @@ and the end (``message_stop``, or a body that ends after the message finished).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 from backends.anthropic.stream import ends_message
-from backends.anthropic.wire import usage_from
-from backends.http.plumbing import (
-    cut_error,
-    encode_json,
-    load_json,
-    map_transport_errors,
-    parse_event,
-    protocol_error,
-)
+from backends.http.errors import cut_error, protocol_error
+from backends.http.jsonbody import load_json
+from backends.http.sse import FrameBatches, parse_event
 from gateway.errors import GatewayError
 from gateway.protocol import Usage
+from gateway.protocol.messages_codec import chat_usage
 
-if TYPE_CHECKING:
-    from backends.anthropic.backend import AnthropicSettings
-    from backends.http.redact import Redactor
-    from backends.http.upstream import Upstream
-
-MESSAGES_PATH = "v1/messages"
-COUNT_TOKENS_PATH = "v1/messages/count_tokens"
 _READ = frozenset({"message_start", "message_delta", "error"})
 
 
-class NativeMessages:
-    """The Messages pass-through of :class:`~backends.anthropic.backend.AnthropicBackend`."""
+def answer_usage(content: bytes, deployment: str) -> Usage:
+    """The usage of a whole ``message`` as the upstream sent it."""
+    data = load_json(content, deployment)
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        raise protocol_error(deployment, "sent a message without usage")
+    return chat_usage(usage)
 
-    if TYPE_CHECKING:
-        _settings: AnthropicSettings
-        _in_flight: int
 
-        @property
-        def name(self) -> str: ...
-
-        def _require_upstream(self) -> Upstream: ...
-
-        def _redactor(self) -> Redactor: ...
-
-        def _event_error(self, event: dict[str, Any]) -> GatewayError: ...
-
-    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
-        """The upstream's ``message`` for ``body`` as it sent it, and its usage."""
-        upstream = self._require_upstream()
-        payload = encode_json({**body, "model": self._settings.model})
-        self._in_flight += 1
-        try:
-            content = await upstream.post(MESSAGES_PATH, payload, self._settings.timeouts.total_s)
-        finally:
-            self._in_flight -= 1
-        data = load_json(content, self.name)
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if not isinstance(usage, dict):
-            raise protocol_error(self.name, "sent a message without usage")
-        return content, usage_from(usage)
-
-    def messages_stream(self, body: dict[str, Any]) -> PassThrough:
-        """The upstream's events for ``body``, as it sent them, up to ``message_stop``."""
-        return PassThrough(self, {**body, "model": self._settings.model, "stream": True})
-
-    async def count_message_tokens(self, body: dict[str, Any]) -> int:
-        """The upstream's own ``count_tokens`` for ``body``."""
-        upstream = self._require_upstream()
-        payload = encode_json({**body, "model": self._settings.model})
-        content = await upstream.post(COUNT_TOKENS_PATH, payload, self._settings.timeouts.total_s)
-        data = load_json(content, self.name)
-        tokens = data.get("input_tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, int):
-            raise protocol_error(self.name, "sent a token count without input_tokens")
-        return tokens
+def input_tokens(content: bytes, deployment: str) -> int:
+    """The count in a ``count_tokens`` answer."""
+    data = load_json(content, deployment)
+    tokens = data.get("input_tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, int):
+        raise protocol_error(deployment, "sent a token count without input_tokens")
+    return tokens
 
 
 class PassThrough:
     """A :class:`~gateway.protocol.frames.FrameStream` of an upstream's Messages events."""
 
-    def __init__(self, backend: NativeMessages, body: dict[str, Any]) -> None:
-        self._backend = backend
-        self._frames = self._run(body)
+    def __init__(
+        self,
+        opened: AbstractAsyncContextManager[FrameBatches],
+        deployment: str,
+        event_error: Callable[[dict[str, Any]], GatewayError],
+    ) -> None:
+        """``opened``: the upstream's stream once entered; ``event_error``: the error an
+        ``error`` event stands for."""
+        self._deployment = deployment
+        self._event_error = event_error
+        self._frames = self._run(opened)
         self._usage: dict[str, Any] = {}
         self.usage_frame: bytes | None = None
 
     @property
     def usage(self) -> Usage | None:
-        return usage_from(self._usage) if self._usage else None
+        return chat_usage(self._usage) if self._usage else None
 
     def __aiter__(self) -> PassThrough:
         return self
@@ -105,34 +73,27 @@ class PassThrough:
     async def aclose(self) -> None:
         await self._frames.aclose()
 
-    async def _run(self, body: dict[str, Any]) -> AsyncGenerator[bytes, None]:
-        backend = self._backend
-        upstream = backend._require_upstream()
-        name, finished = backend.name, False
-        backend._in_flight += 1
-        try:
-            with map_transport_errors(name, backend._redactor()):
-                async with upstream.stream(
-                    MESSAGES_PATH, encode_json(body), backend._settings.timeouts
-                ) as frames:
-                    async for batch in frames:
-                        out: list[bytes] = []
-                        for frame in batch:
-                            kind = self._read(frame)
-                            if kind is None:
-                                continue
-                            out.append(frame + b"\n\n")
-                            finished = finished or kind == "message_delta+stop"
-                            if kind == "message_stop":
-                                yield b"".join(out)
-                                await frames.finish()
-                                return
-                        if out:
-                            yield b"".join(out)
-            if not finished:
-                raise cut_error(name, "stream ended before message_stop")
-        finally:
-            backend._in_flight -= 1
+    async def _run(
+        self, opened: AbstractAsyncContextManager[FrameBatches]
+    ) -> AsyncGenerator[bytes, None]:
+        finished = False
+        async with opened as frames:
+            async for batch in frames:
+                out: list[bytes] = []
+                for frame in batch:
+                    kind = self._read(frame)
+                    if kind is None:
+                        continue
+                    out.append(frame + b"\n\n")
+                    finished = finished or kind == "message_delta+stop"
+                    if kind == "message_stop":
+                        yield b"".join(out)
+                        await frames.finish()
+                        return
+                if out:
+                    yield b"".join(out)
+        if not finished:
+            raise cut_error(self._deployment, "stream ended before message_stop")
 
     def _read(self, frame: bytes) -> str | None:
         """The event's type (``None``: nothing to pass on); usage and errors are read."""
@@ -141,12 +102,12 @@ class PassThrough:
             return None
         if event is not None and event not in _READ:
             return event
-        payload = load_json(data, self._backend.name)
+        payload = load_json(data, self._deployment)
         if not isinstance(payload, dict):
-            raise protocol_error(self._backend.name, "sent an event that is not an object")
+            raise protocol_error(self._deployment, "sent an event that is not an object")
         kind = payload.get("type")
         if kind == "error":
-            raise self._backend._event_error(payload)
+            raise self._event_error(payload)
         if kind == "message_start":
             self._usage.update((payload.get("message") or {}).get("usage") or {})
         elif kind == "message_delta":

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from backends.anthropic.wire import finish_reason, usage_from
 from gateway.protocol import ChatCompletionChunk, ChoiceDelta, ChunkChoice, ToolCallDelta, now
 from gateway.protocol.common import FinishReason
+from gateway.protocol.messages_codec import chat_usage, finish_reason
 
 _Handler = Callable[["StreamTranslator", dict[str, Any]], "ChatCompletionChunk | None"]
 
@@ -46,7 +46,7 @@ class StreamTranslator:
             created=self.created,
             model=self.model,
             choices=[],
-            usage=usage_from(self._usage),
+            usage=chat_usage(self._usage),
         )
 
     def _chunk(self, delta: ChoiceDelta, finish: FinishReason | None = None) -> ChatCompletionChunk:

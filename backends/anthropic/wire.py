@@ -13,6 +13,10 @@ pass through.
 
 Answer (Anthropic → OpenAI): text blocks join into ``content``, ``tool_use`` blocks become
 ``tool_calls`` (input serialised to JSON), thinking goes to ``reasoning_content``.
+
+What the two formats call by different names (stop reasons, tool choice, tools, images,
+usage) is mapped in :mod:`gateway.protocol.messages_codec`, shared with the gateway's own
+``/v1/messages``, which translates the other way.
 """
 
 from __future__ import annotations
@@ -28,22 +32,18 @@ from gateway.protocol import (
     ChatMessage,
     Choice,
     ToolCall,
-    Usage,
 )
-from gateway.protocol.chat import ContentPart, FunctionCall, Tool
-from gateway.protocol.common import FinishReason
+from gateway.protocol.chat import ContentPart, FunctionCall
+from gateway.protocol.messages_codec import (
+    chat_usage,
+    finish_reason,
+    image_source,
+    messages_tool,
+    messages_tool_choice,
+    tool_arguments,
+)
 
-FINISH_REASONS: dict[str, FinishReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
 PASSTHROUGH = ("top_k", "metadata", "thinking", "service_tier")
-_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
 def to_messages_request(
@@ -66,8 +66,11 @@ def to_messages_request(
     if request.top_p is not None:
         body["top_p"] = request.top_p
     if request.tools:
-        body["tools"] = [_tool(tool) for tool in request.tools]
-        choice = _tool_choice(request)
+        body["tools"] = [
+            messages_tool(tool.function.name, tool.function.description, tool.function.parameters)
+            for tool in request.tools
+        ]
+        choice = messages_tool_choice(request.tool_choice, request.parallel_tool_calls)
         if choice is not None:
             body["tool_choice"] = choice
     if request.user:
@@ -144,7 +147,8 @@ def _part(part: ContentPart, i: int) -> dict[str, Any] | None:
             return None
         block = {"type": "text", "text": part.text}
     elif part.type == "image_url" and part.image_url is not None:
-        block = {"type": "image", "source": image_source(part.image_url.url, i)}
+        source = image_source(part.image_url.url, param=f"messages[{i}].content")
+        block = {"type": "image", "source": source}
     else:
         raise InvalidRequestError(
             f"content part {part.type!r} is not supported here", param=f"messages[{i}].content"
@@ -153,23 +157,6 @@ def _part(part: ContentPart, i: int) -> dict[str, Any] | None:
     if cache_control is not None:
         block["cache_control"] = cache_control
     return block
-
-
-def image_source(url: str, i: int = 0) -> dict[str, Any]:
-    """An Anthropic image ``source`` for a data URL (base64) or an http(s) URL."""
-    if url.startswith("data:"):
-        header, _, data = url.partition(",")
-        media_type = header.removeprefix("data:").split(";")[0]
-        if ";base64" not in header or not media_type or not data:
-            raise InvalidRequestError(
-                "image data URLs must be data:<type>;base64,<data>", param=f"messages[{i}].content"
-            )
-        return {"type": "base64", "media_type": media_type, "data": data}
-    if url.startswith(("http://", "https://")):
-        return {"type": "url", "url": url}
-    raise InvalidRequestError(
-        "image_url must be a data URL or an http(s) URL", param=f"messages[{i}].content"
-    )
 
 
 def _tool_uses(message: ChatMessage, i: int) -> list[dict[str, Any]]:
@@ -190,46 +177,7 @@ def _tool_uses(message: ChatMessage, i: int) -> list[dict[str, Any]]:
     return blocks
 
 
-def _tool(tool: Tool) -> dict[str, Any]:
-    fn = tool.function
-    out: dict[str, Any] = {"name": fn.name, "input_schema": fn.parameters or _EMPTY_SCHEMA}
-    if fn.description:
-        out["description"] = fn.description
-    return out
-
-
-def _tool_choice(request: ChatCompletionRequest) -> dict[str, Any] | None:
-    choice = request.tool_choice
-    out: dict[str, Any]
-    if choice is None:
-        out = {"type": "auto"}
-    elif isinstance(choice, str):
-        out = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
-    else:
-        out = {"type": "tool", "name": choice.function.name}
-    if request.parallel_tool_calls is False and out["type"] != "none":
-        out["disable_parallel_tool_use"] = True
-    elif choice is None:
-        return None
-    return out
-
-
 # --- answers ----------------------------------------------------------------------------
-
-
-def finish_reason(stop_reason: str | None) -> FinishReason | None:
-    """OpenAI's finish_reason for Anthropic's stop_reason (unknown reasons read as stop)."""
-    if stop_reason is None:
-        return None
-    return FINISH_REASONS.get(stop_reason, "stop")
-
-
-def usage_from(usage: dict[str, Any]) -> Usage:
-    """Prompt tokens include cache reads and writes; cached_tokens counts the reads."""
-    read = usage.get("cache_read_input_tokens") or 0
-    written = usage.get("cache_creation_input_tokens") or 0
-    prompt = (usage.get("input_tokens") or 0) + read + written
-    return Usage.of(prompt, usage.get("output_tokens") or 0, cached_tokens=read)
 
 
 def from_message(data: dict[str, Any]) -> ChatCompletion:
@@ -242,7 +190,7 @@ def from_message(data: dict[str, Any]) -> ChatCompletion:
         if kind == "text":
             texts.append(block["text"])
         elif kind == "tool_use":
-            arguments = json.dumps(block.get("input") or {})
+            arguments = tool_arguments(block.get("input"))
             function = FunctionCall(name=block["name"], arguments=arguments)
             calls.append(ToolCall(id=block["id"], function=function))
         elif kind == "thinking":
@@ -259,5 +207,5 @@ def from_message(data: dict[str, Any]) -> ChatCompletion:
         id=data["id"],
         model=data["model"],
         choices=[Choice(message=message, finish_reason=finish_reason(data.get("stop_reason")))],
-        usage=usage_from(data.get("usage") or {}),
+        usage=chat_usage(data.get("usage") or {}),
     )

@@ -3,7 +3,7 @@
 An upstream's error text can carry what the gateway sent it (an upstream that echoes the
 request's ``Authorization`` in its 401) and where things live (its own host and port, its
 base URL, addresses behind it). :class:`Redactor` is applied where upstream failures are
-mapped onto the error tree (:mod:`backends.http.plumbing`):
+mapped onto the error tree (:mod:`backends.http.errors`):
 
 * :meth:`Redactor.for_log` replaces secrets: the credentials sent to this upstream (every
   header whose name says key, token, auth, secret...; a ``Bearer`` token also alone), the

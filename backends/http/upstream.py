@@ -24,20 +24,18 @@ import httpx
 
 from backends.base import Timeouts
 from backends.http import h1
-from backends.http.plumbing import (
-    USER_AGENT,
-    FrameStream,
-    HTTPDeploymentSettings,
+from backends.http.errors import (
     error_for_status,
     error_for_transport,
-    first_byte_limit,
-    load_json,
-    smallest,
     stalled_error,
     timeout_error,
 )
+from backends.http.jsonbody import load_json
 from backends.http.redact import Redactor
+from backends.http.settings import HTTPDeploymentSettings
+from backends.http.sse import FrameBatches
 
+USER_AGENT = "shunter/0.1"
 _KEEPALIVE_S = 30.0
 _EVENT_STREAM = {"accept": "text/event-stream"}
 
@@ -59,10 +57,21 @@ def _with_context(extra: Mapping[str, str] | None) -> Mapping[str, str] | None:
     return context if extra is None else {**context, **extra}
 
 
+def first_byte_limit(timeouts: Timeouts) -> float | None:
+    """Seconds a stream may wait for its first byte: ``first_token_s`` capped by ``total_s``."""
+    return smallest(timeouts.first_token_s, timeouts.total_s)
+
+
+def smallest(*limits: float | None) -> float | None:
+    """The tightest of some time limits (``None``: no limit)."""
+    present = [t for t in limits if t is not None]
+    return min(present) if present else None
+
+
 class Upstream(Protocol):
     """One remote API, pooled; every error raised is a :class:`gateway.errors.GatewayError`
     except those raised while the caller iterates a stream (map them with
-    :func:`backends.http.plumbing.map_transport_errors`). ``redactor`` knows what this
+    :func:`backends.http.errors.map_transport_errors`). ``redactor`` knows what this
     upstream must not show anyone (the credentials sent to it, its address): pass it to
     the error mapping of anything the upstream says."""
 
@@ -74,7 +83,7 @@ class Upstream(Protocol):
 
     def stream(
         self, path: str, body: bytes, timeouts: Timeouts
-    ) -> AbstractAsyncContextManager[FrameStream]:
+    ) -> AbstractAsyncContextManager[FrameBatches]:
         """POST a streaming request and iterate its SSE frames: the first byte within
         ``first_token_s``, each later read as well, the whole stream within ``total_s``."""
         ...
@@ -172,7 +181,7 @@ class H1Upstream:
     @asynccontextmanager
     async def stream(
         self, path: str, body: bytes, timeouts: Timeouts
-    ) -> AsyncIterator[FrameStream]:
+    ) -> AsyncIterator[FrameBatches]:
         first_byte_s = first_byte_limit(timeouts)
         deadline = _deadline(timeouts.total_s)
         connect_s = smallest(self._connect_s, first_byte_s)
@@ -202,7 +211,7 @@ class H1Upstream:
                 first = await anext(chunks, b"")
             except h1.ReadTimeout:
                 raise stalled_error(self._name, f"no first byte within {first_byte_s}s") from None
-            yield FrameStream(first, chunks, self._name, deadline, response.body_read)
+            yield FrameBatches(first, chunks, self._name, deadline, response.body_read)
         finally:
             await response.aclose()
 
@@ -274,7 +283,7 @@ class HttpxUpstream:
     @asynccontextmanager
     async def stream(
         self, path: str, body: bytes, timeouts: Timeouts
-    ) -> AsyncIterator[FrameStream]:
+    ) -> AsyncIterator[FrameBatches]:
         first_byte_s = first_byte_limit(timeouts)
         timeout = httpx.Timeout(first_byte_s, connect=self._connect_s, pool=self._connect_s)
         request = self._client.build_request(
@@ -305,7 +314,7 @@ class HttpxUpstream:
                     first = await anext(chunks, b"")
             except TimeoutError:
                 raise stalled_error(self._name, f"no first byte within {first_byte_s}s") from None
-            yield FrameStream(first, chunks, self._name, deadline)
+            yield FrameBatches(first, chunks, self._name, deadline)
         finally:
             await response.aclose()
 

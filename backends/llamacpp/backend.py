@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from backends.base import Capabilities, DeploymentSettings, LiveStats, continues_final
+from backends.base import Backend, Capabilities, DeploymentSettings, LiveStats, continues_final
 from backends.llamacpp.batch import BatchSettings
 from backends.llamacpp.continued import UNFINISHED
 from backends.llamacpp.embed import EmbeddingModel, Pooling
@@ -208,7 +208,7 @@ def auto_gpu_layers(settings: LlamaCppSettings) -> int:
     return -1 if plan.fit in ("fits", "kv_spills") else plan.gpu_layers
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(Backend):
     """Serves chat and text completions from one GGUF through :class:`LlamaEngine`."""
 
     def __init__(self, settings: LlamaCppSettings) -> None:
@@ -229,9 +229,15 @@ class LlamaCppBackend:
     def capabilities(self) -> Capabilities:
         if self._settings.task == "embed":
             return Capabilities(
-                chat=False, completions=False, embeddings=True, context_length=self._n_ctx
+                chat=False,
+                completions=False,
+                embeddings=True,
+                context_length=self._n_ctx,
+                count_tokens=True,
             )
-        return Capabilities(tools=True, json_schema=True, context_length=self._n_ctx)
+        return Capabilities(
+            tools=True, json_schema=True, context_length=self._n_ctx, count_tokens=True
+        )
 
     @property
     def engine(self) -> LlamaEngine:

@@ -5,7 +5,7 @@ fields pass through unchanged; only ``model`` is replaced by the deployment's up
 model. Answers come back under the public model name the client asked for (whole, streamed
 and passed through). Streams always ask the upstream for usage; an upstream that sends none
 gets its usage counted here (about 4 characters per token, see
-:func:`backends.http.plumbing.estimate_tokens`).
+:func:`estimate_tokens`).
 
 A stream is whole once a chunk carried a ``finish_reason`` (or usage): a body that ends
 there without ``data: [DONE]`` is a complete answer, and the usage-only chunk that closes
@@ -28,35 +28,25 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import AbstractContextManager, aclosing
+from contextlib import aclosing
 from dataclasses import replace
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from backends.base import Capabilities, LiveStats
-from backends.http.plumbing import (
-    HTTPDeploymentSettings,
+from backends.http.backend import HTTPBackend
+from backends.http.errors import (
     annotate,
-    block_of,
     cut_error,
-    data_events,
-    data_frame,
-    encode_json,
     error_for_status,
-    estimate_tokens,
-    frame_start,
-    frames_of,
-    last_frame,
-    load_json,
-    map_transport_errors,
     protocol_error,
-    read_api_key,
 )
-from backends.http.redact import Redactor
-from backends.http.upstream import Upstream, make_upstream, probe
+from backends.http.jsonbody import encode_json, load_json
+from backends.http.sse import block_of, data_events, data_frame, frame_start, frames_of, last_frame
 from backends.openai.frames import RawChatStream, finishes, usage_only
+from backends.openai.settings import OpenAICompatSettings
 from gateway.common.periodic import Periodic
 from gateway.errors import GatewayError, UpstreamError
 from gateway.protocol import (
@@ -74,6 +64,8 @@ from gateway.protocol import (
     now,
 )
 
+__all__ = ["OpenAICompatBackend", "OpenAICompatSettings"]
+
 _M = TypeVar("_M", bound=BaseModel)
 _C = TypeVar("_C", ChatCompletionChunk, Completion)
 # after the usage-only chunk, how long [DONE] and the body's end may take to arrive (to
@@ -84,39 +76,10 @@ _TAIL_S = 0.1
 _TAIL_FRAMES = 4
 
 
-class OpenAICompatSettings(HTTPDeploymentSettings):
-    """One deployment behind an OpenAI-compatible API."""
-
-    backend: Literal["openai"]
-    base_url: str = "https://api.openai.com/v1"
-    chat: bool = True
-    completions: bool = True
-    embeddings: bool = False
-    tools: bool = True
-    json_schema: bool = True
-    images: bool = True
-    worker_stats: bool = Field(
-        default=False,
-        description="the upstream is a shunter worker: poll its live figures for routing",
-    )
-    prefill: bool = Field(
-        default=True,
-        description=(
-            "the upstream continues a trailing assistant message (continue_final_message: "
-            "vLLM, llama.cpp's server, shunter workers); false: a resumed stream is continued "
-            "through a user turn instead (OpenAI's own API)"
-        ),
-    )
-    logprobs: bool = Field(
-        default=True, description="the upstream returns token logprobs (a cascade can judge it)"
-    )
-
-    def returns_logprobs(self) -> bool:
-        return self.logprobs
-
-
-class OpenAICompatBackend:
+class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
     """A :class:`~backends.base.Backend` over one pooled HTTP/1.1 client."""
+
+    health_path = "models"
 
     def __init__(
         self,
@@ -124,22 +87,11 @@ class OpenAICompatBackend:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._settings = settings
-        self._transport = transport
-        self._upstream: Upstream | None = None
-        self._in_flight = 0
+        super().__init__(settings, transport=transport)
         self._remote: LiveStats | None = None
         self._local_stats: LiveStats | None = None
         self._poller = Periodic(1.0, self._poll_worker)
         self._public_names: dict[str, bytes] = {}  # each as a JSON string, for the raw path
-
-    @property
-    def name(self) -> str:
-        return self._settings.name
-
-    @property
-    def settings(self) -> OpenAICompatSettings:
-        return self._settings
 
     @functools.cached_property
     def capabilities(self) -> Capabilities:
@@ -154,15 +106,17 @@ class OpenAICompatBackend:
             images=s.images,
             context_length=s.context_length,
             prefill=s.prefill,
+            chat_stream_raw=True,
         )
 
+    def login_headers(self, key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"} if key else {}
+
     async def start(self) -> None:
-        """Read the API key and open the connection pool."""
+        """Read the API key and open the connection pool; a worker's figures are polled."""
         if self._upstream is not None:
             return
-        key = read_api_key(self._settings.api_key_env)
-        auth = {"authorization": f"Bearer {key}"} if key else {}
-        self._upstream = make_upstream(self._settings, auth, self._transport)
+        await super().start()
         if self._settings.worker_stats:
             await self._poll_worker()
             self._poller.start()
@@ -170,9 +124,7 @@ class OpenAICompatBackend:
     async def aclose(self) -> None:
         """Close the pool; streams still open are cut."""
         await self._poller.stop()
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
-            await upstream.aclose()
+        await super().aclose()
 
     def stats(self) -> LiveStats:
         if self._remote is None:
@@ -197,13 +149,6 @@ class OpenAICompatBackend:
         self._remote = _sum_stats([LiveStats(**d) for d in deployments])
 
     # --- whole responses ---------------------------------------------------------------
-
-    async def health(self, timeout_s: float) -> bool | None:
-        """A background probe while the breaker is open: ``GET health_path`` (default the
-        model list); ``None`` when probes are off or the upstream cannot tell."""
-        if self._upstream is None or not self._settings.health_check:
-            return None
-        return await probe(self._upstream, self._settings.health_path or "models", timeout_s)
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         """One chat completion; usage is counted here if the upstream sends none."""
@@ -316,26 +261,6 @@ class OpenAICompatBackend:
         except ValidationError as exc:
             what = f"sent an invalid {model.__name__}: {exc.errors()[0]['msg']}"
             raise protocol_error(self.name, what) from None
-
-    def _map_errors(self) -> AbstractContextManager[None]:
-        """Transport failures (connect, timeout, reset) onto gateway.errors."""
-        return map_transport_errors(self.name, self._redactor())
-
-    def _redactor(self) -> Redactor:
-        return self._upstream.redactor if self._upstream is not None else Redactor()
-
-    def _require_upstream(self) -> Upstream:
-        if self._upstream is None:
-            raise RuntimeError(f"backend {self.name} is not started")
-        return self._upstream
-
-    async def _post(self, path: str, body: dict[str, Any]) -> bytes:
-        upstream = self._require_upstream()
-        self._in_flight += 1
-        try:
-            return await upstream.post(path, encode_json(body), self._settings.timeouts.total_s)
-        finally:
-            self._in_flight -= 1
 
     async def _data_blocks(
         self, path: str, body: dict[str, Any]
@@ -458,6 +383,11 @@ def _chunk_chars(chunk: ChatCompletionChunk) -> int:
         for call in delta.tool_calls or ():
             chars += len((call.function or {}).get("arguments", ""))
     return chars
+
+
+def estimate_tokens(chars: int) -> int:
+    """Tokens for ``chars`` characters when the upstream reports none: about 4 per token."""
+    return (chars + 3) // 4
 
 
 def _estimate(prompt_chars: int, completion_chars: int) -> Usage:

@@ -15,14 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from backends.http.plumbing import (
-    block_of,
-    encode_json,
-    event_start,
-    frames_of,
-    load_json,
-    protocol_error,
-)
+from backends.http.errors import protocol_error
+from backends.http.jsonbody import encode_json, load_json
+from backends.http.sse import block_of, event_start, frames_of
 from gateway.protocol import Usage, new_id, now
 
 # a chunk that still runs: every chunk before the last says so (OpenAI, vLLM, llama-server)

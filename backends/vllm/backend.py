@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from backends.base import Capabilities, LiveStats
+from backends.base import Backend, Capabilities, LiveStats
 from backends.vllm.compat import build_runtime
 from backends.vllm.engine import (
     Activity,
@@ -31,14 +31,9 @@ from backends.vllm.engine import (
     Runtime,
     StatsRecorder,
 )
+from backends.vllm.install import INSTALL_HINT, check_available
 from backends.vllm.settings import LoRAAdapter, VLLMSettings
-from backends.vllm.startup import (
-    INSTALL_HINT,
-    VLLMStartError,
-    VLLMUnavailableError,
-    check_available,
-    start_error,
-)
+from backends.vllm.startup import VLLMStartError, VLLMUnavailableError, start_error
 from backends.vllm.wire import DONE, clean_reply, map_errors, request_body, sse_events
 from gateway.errors import ServiceUnavailableError, UpstreamError
 from gateway.planner import Device
@@ -66,7 +61,7 @@ log = logging.getLogger(__name__)
 AnyRequest = ChatCompletionRequest | CompletionRequest
 
 
-class VLLMBackend:
+class VLLMBackend(Backend):
     """Serves chat and text completions from one vLLM engine in this process."""
 
     def __init__(
@@ -96,7 +91,9 @@ class VLLMBackend:
         length = self._runtime.max_model_len if self._runtime else self._settings.max_model_len
         # vLLM 0.32 refuses every tool_choice but "none" without a tool parser
         tools = self._settings.tool_call_parser is not None
-        return Capabilities(tools=tools, json_schema=True, context_length=length)
+        return Capabilities(
+            tools=tools, json_schema=True, context_length=length, chat_stream_raw=True
+        )
 
     @property
     def sleeping(self) -> bool:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backends.base import DeploymentSettings
+from backends.vllm.install import check_available
 from gateway.planner import ModelSize, size_of_hf_dir
 
 
@@ -71,6 +72,9 @@ class VLLMSettings(DeploymentSettings):
 
     def returns_logprobs(self) -> bool:
         return True
+
+    def engine_missing(self) -> str | None:
+        return check_available()
 
     def engine_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``AsyncEngineArgs``; fields left ``None`` are omitted."""

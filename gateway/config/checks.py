@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backends.http.plumbing import HTTPDeploymentSettings
 from backends.llamacpp import LlamaCppSettings
 from backends.registry import DeploymentConfig
-from backends.vllm import VLLMSettings
 from gateway.config.loading import ConfigError, ConfigIssue, LoadedConfig, read_config
 from gateway.config.sizing import cascade_issues, size_notes
 from gateway.models.store import GGUF_MAGIC, ModelCache, UnknownModelError, model_cache_dir
@@ -78,7 +76,7 @@ def check_machine(
     for index, settings in enumerate(loaded.config.deployments):
         for key, problem in _deployment_problems(settings, cache, devices, serving=serving):
             found.issues.append(loaded.issue(("deployments", index, key), problem))
-        missing = _vllm_missing() if isinstance(settings, VLLMSettings) and not serving else None
+        missing = None if serving else settings.engine_missing()
         if missing is not None:
             where = loaded.issue(
                 ("deployments", index, "backend"), f"settings checked, but {missing}"
@@ -98,13 +96,13 @@ def _deployment_problems(
     # serving: a model loaded on demand is checked when it loads (its file may come later)
     if isinstance(settings, LlamaCppSettings) and (settings.preload or not serving):
         problems.append(("model", model_file_problem(cache, settings.model)))
-    key_env = settings.api_key_env if isinstance(settings, HTTPDeploymentSettings) else None
+    key_env = settings.key_variable()
     if key_env and not os.environ.get(key_env):
         problems.append(("api_key_env", _unset(key_env)))
     if settings.device is not None and settings.device not in devices:
         problems.append(("device", _no_device(settings.device, devices)))
-    if isinstance(settings, VLLMSettings) and serving:
-        problems.append(("backend", _vllm_missing()))
+    if serving:
+        problems.append(("backend", settings.engine_missing()))
     return [(key, problem) for key, problem in problems if problem is not None]
 
 
@@ -138,14 +136,14 @@ async def check_network(loaded: LoadedConfig, timeout_s: float = 5.0) -> list[Co
     import httpx
 
     remote = [
-        (index, settings)
+        (index, url)
         for index, settings in enumerate(loaded.config.deployments)
-        if isinstance(settings, HTTPDeploymentSettings)
+        if (url := settings.upstream_url()) is not None
     ]
     if not remote:
         return []
     async with httpx.AsyncClient(timeout=timeout_s) as client:
-        answers = await asyncio.gather(*(_reach(client, s.base_url) for _, s in remote))
+        answers = await asyncio.gather(*(_reach(client, url) for _, url in remote))
     return [
         loaded.issue(("deployments", index, "base_url"), problem)
         for (index, _), problem in zip(remote, answers, strict=True)
@@ -162,12 +160,6 @@ async def _reach(client: httpx.AsyncClient, url: str) -> str | None:
         detail = str(exc) or type(exc).__name__
         return f"cannot reach {url}: {detail} (--offline skips this check)"
     return None
-
-
-def _vllm_missing() -> str | None:
-    from backends.vllm.startup import check_available
-
-    return check_available()
 
 
 def _unset(variable: str) -> str:

@@ -3,28 +3,24 @@ check an optional ability here before they use it."""
 
 from __future__ import annotations
 
-from backends.base import Backend, EmbeddingsBackend
-from gateway.ingress.messages import MessagesBackend, TokenCounter
-from gateway.protocol.frames import RawChatBackend
+from backends.base import Backend
 
 
-def raw_chat(backend: Backend) -> RawChatBackend | None:
+def raw_chat(backend: Backend) -> Backend | None:
     """The backend, if it hands over its upstream's chat frames untouched."""
-    return backend if isinstance(backend, RawChatBackend) else None
+    return backend if backend.capabilities.chat_stream_raw else None
 
 
-def embedder(backend: Backend) -> EmbeddingsBackend | None:
+def embedder(backend: Backend) -> Backend | None:
     """The backend, if it serves embeddings."""
-    if isinstance(backend, EmbeddingsBackend) and backend.capabilities.embeddings:
-        return backend
-    return None
+    return backend if backend.capabilities.embeddings else None
 
 
-def native_messages(backend: Backend) -> MessagesBackend | None:
+def native_messages(backend: Backend) -> Backend | None:
     """The backend, if its upstream speaks Anthropic's Messages API itself."""
-    return backend if isinstance(backend, MessagesBackend) else None
+    return backend if backend.capabilities.native_messages else None
 
 
-def token_counter(backend: Backend) -> TokenCounter | None:
+def token_counter(backend: Backend) -> Backend | None:
     """The backend, if it counts a chat request's prompt tokens exactly."""
-    return backend if isinstance(backend, TokenCounter) else None
+    return backend if backend.capabilities.count_tokens else None

@@ -4,8 +4,11 @@
   Responses API (whole answers and stream events), with stored conversations in
   :mod:`~gateway.ingress.store`;
 * :mod:`~gateway.ingress.messages`, :mod:`~gateway.ingress.message_events`: Anthropic's
-  Messages API, and the protocol of backends that speak it natively;
+  Messages API (what both directions name differently is
+  :mod:`gateway.protocol.messages_codec`; a backend that speaks Messages natively says so
+  in its capabilities);
 * :mod:`~gateway.ingress.translate`: the shared frame stream over chat chunks.
 
-Nothing here knows HTTP: :mod:`gateway.http.apis` puts these on the request path.
+Nothing here knows HTTP: the endpoint classes :mod:`gateway.http.responses` and
+:mod:`gateway.http.messages` put these on the request path.
 """

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.errors import GatewayError
-from gateway.ingress.messages import message_usage, stop_reason
 from gateway.ingress.translate import ChunkTranslator, sse
 from gateway.protocol import ChatCompletionChunk, ToolCallDelta, new_id
 from gateway.protocol.messages import anthropic_status, error_body
+from gateway.protocol.messages_codec import message_usage, stop_reason
 
 _PING = sse("ping", {"type": "ping"})
 

@@ -14,70 +14,38 @@ map one to one.
 Answer (chat → Messages): text becomes one ``text`` block, each tool call a ``tool_use``
 block (arguments parsed back into ``input``); ``finish_reason`` ``stop`` → ``end_turn``
 (``stop_sequence`` when the backend says which stop string ended it), ``length`` →
-``max_tokens``, ``tool_calls`` → ``tool_use``.
+``max_tokens``, ``tool_calls`` → ``tool_use``. What the two formats call by different
+names is mapped in :mod:`gateway.protocol.messages_codec`, which the ``anthropic`` backend
+reads for the opposite direction.
 
-A deployment whose backend speaks Messages itself (:class:`MessagesBackend`: the
+A deployment whose backend speaks Messages itself (``capabilities.native_messages``: the
 ``anthropic`` backend) gets the client's request as it came, with only ``model`` (and
 ``stream``) set to the deployment's; its answer and events are passed back untouched.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.protocol import ChatCompletion, ChatCompletionRequest, ChatMessage, Usage
 from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
-from gateway.protocol.frames import FrameStream
-from gateway.protocol.messages import (
-    Block,
-    MessageParam,
-    MessageResponse,
-    MessagesRequest,
-    MessageUsage,
-    StopReason,
+from gateway.protocol.messages import Block, MessageParam, MessageResponse, MessagesRequest
+from gateway.protocol.messages_codec import (
+    chat_tool,
+    chat_tool_choice,
+    image_url,
+    message_usage,
+    stop_reason,
+    tool_arguments,
+    tool_input,
 )
-
-STOP_REASONS: dict[str, StopReason] = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
-    "content_filter": "refusal",
-}
-
-
-@runtime_checkable
-class MessagesBackend(Protocol):
-    """A backend whose upstream speaks Anthropic's Messages API itself."""
-
-    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
-        """The upstream's ``message`` for ``body`` (sent as it is), as it answered, and its
-        usage."""
-        ...
-
-    def messages_stream(self, body: dict[str, Any]) -> FrameStream:
-        """The upstream's SSE events for ``body``, passed through up to ``message_stop``."""
-        ...
-
-    async def count_message_tokens(self, body: dict[str, Any]) -> int:
-        """The upstream's own ``count_tokens`` for ``body``."""
-        ...
-
-
-@runtime_checkable
-class TokenCounter(Protocol):
-    """A backend that counts a chat request's prompt tokens exactly (its own tokenizer and
-    chat template)."""
-
-    async def count_tokens(self, request: ChatCompletionRequest) -> int: ...
 
 
 @dataclass(frozen=True)
 class NativeMessage:
-    """A whole answer of a :class:`MessagesBackend`, ready to be written."""
+    """A whole answer of a deployment that speaks Messages itself, ready to be written."""
 
     body: bytes
     usage: Usage
@@ -141,7 +109,7 @@ def to_chat(body: MessagesRequest, *, stream: bool | None = None) -> ChatComplet
         fields["user"] = user
     if body.tools:
         fields["tools"] = [
-            _tool(tool.name, tool.description, tool.input_schema) for tool in body.tools
+            chat_tool(tool.name, tool.description, tool.input_schema) for tool in body.tools
         ]
     choice = body.tool_choice
     if choice is not None:
@@ -187,10 +155,8 @@ def _assistant(content: list[Block], i: int) -> ChatMessage:
                 raise InvalidRequestError(
                     "tool_use blocks need an id and a name", param=f"messages[{i}].content[{j}]"
                 )
-            arguments = json.dumps(block.input or {}, ensure_ascii=False)
-            calls.append(
-                ToolCall(id=block.id, function=FunctionCall(name=block.name, arguments=arguments))
-            )
+            function = FunctionCall(name=block.name, arguments=tool_arguments(block.input))
+            calls.append(ToolCall(id=block.id, function=function))
         elif block.type not in ("thinking", "redacted_thinking"):
             raise _unsupported(block, i, j)
     text = "".join(texts)
@@ -217,24 +183,10 @@ def _tool_result(block: Block, i: int, j: int) -> ChatMessage:
 
 def _image(block: Block, i: int, j: int) -> ContentPart:
     source = block.source
+    param = f"messages[{i}].content[{j}].source"
     if source is None:
-        raise InvalidRequestError(
-            "image blocks need a source", param=f"messages[{i}].content[{j}].source"
-        )
-    if source.type == "base64":
-        if not source.media_type or not source.data:
-            raise InvalidRequestError(
-                "base64 image sources need media_type and data",
-                param=f"messages[{i}].content[{j}].source",
-            )
-        url = f"data:{source.media_type};base64,{source.data}"
-    else:
-        if not source.url:
-            raise InvalidRequestError(
-                "url image sources need a url", param=f"messages[{i}].content[{j}].source.url"
-            )
-        url = source.url
-    return ContentPart(type="image_url", image_url=ImageURL(url=url))
+        raise InvalidRequestError("image blocks need a source", param=param)
+    return ContentPart(type="image_url", image_url=ImageURL(url=image_url(source, param)))
 
 
 def _unsupported(block: Block, i: int, j: int) -> InvalidRequestError:
@@ -242,13 +194,6 @@ def _unsupported(block: Block, i: int, j: int) -> InvalidRequestError:
         f"content blocks of type '{block.type}' are not supported by this gateway",
         param=f"messages[{i}].content[{j}].type",
     )
-
-
-def _tool(name: str, description: str | None, schema: dict[str, Any] | None) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": name, "parameters": schema or {"type": "object"}}
-    if description:
-        function["description"] = description
-    return {"type": "function", "function": function}
 
 
 def _tool_choice(kind: str, name: str | None, body: MessagesRequest) -> dict[str, Any]:
@@ -262,39 +207,12 @@ def _tool_choice(kind: str, name: str | None, body: MessagesRequest) -> dict[str
                 f"tool_choice names the tool '{name}', which is not in tools",
                 param="tool_choice.name",
             )
-        return {"tool_choice": {"type": "function", "function": {"name": name}}}
-    if kind in ("any", "auto") and not body.tools:
+    elif kind in ("any", "auto") and not body.tools:
         return {}
-    return {"tool_choice": {"auto": "auto", "any": "required", "none": "none"}[kind]}
+    return {"tool_choice": chat_tool_choice(kind, name)}
 
 
 # --- answers ----------------------------------------------------------------------------
-
-
-def stop_reason(finish_reason: str | None) -> StopReason:
-    return STOP_REASONS.get(finish_reason or "stop", "end_turn")
-
-
-def message_usage(usage: Usage | None) -> MessageUsage:
-    """Anthropic counts cache reads apart from ``input_tokens``."""
-    if usage is None:
-        return MessageUsage(input_tokens=0, output_tokens=0)
-    details = usage.prompt_tokens_details
-    cached = details.cached_tokens if details is not None else 0
-    return MessageUsage(
-        input_tokens=usage.prompt_tokens - cached,
-        output_tokens=usage.completion_tokens,
-        cache_read_input_tokens=cached,
-    )
-
-
-def tool_input(arguments: str) -> dict[str, Any]:
-    """A tool call's arguments as ``tool_use.input`` (an object, whatever the model wrote)."""
-    try:
-        value = json.loads(arguments or "{}")
-    except ValueError:
-        return {"arguments": arguments}
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def message_answer(answer: ChatCompletion) -> MessageResponse:

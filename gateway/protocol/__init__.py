@@ -1,4 +1,8 @@
-"""OpenAI wire models, in one place."""
+"""The wire formats, in one place: OpenAI's models (chat, completions, embeddings,
+responses), Anthropic's Messages (:mod:`~gateway.protocol.messages`) and the mappings
+between Messages and chat that both the ingress and the anthropic backend use
+(:mod:`~gateway.protocol.messages_codec`); streams as SSE frames
+(:mod:`~gateway.protocol.frames`, :mod:`~gateway.protocol.sse`)."""
 
 from gateway.protocol.chat import (
     AssistantMessage,

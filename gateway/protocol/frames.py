@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError
-from gateway.protocol import ChatCompletionRequest, Usage
+from gateway.protocol import Usage
 from gateway.protocol.sse import frame
 
 
@@ -37,13 +37,6 @@ class FrameStream(Protocol):
     async def __anext__(self) -> bytes: ...
 
     async def aclose(self) -> None: ...
-
-
-@runtime_checkable
-class RawChatBackend(Protocol):
-    """A backend that can hand over its upstream's chat frames untouched."""
-
-    def chat_stream_raw(self, request: ChatCompletionRequest) -> FrameStream: ...
 
 
 class Framed:

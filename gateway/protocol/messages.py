@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gateway.protocol.common import RequestModel, ResponseModel, new_id
 
@@ -32,7 +32,7 @@ class Block(RequestModel):
     source: ImageSource | None = None
     id: str | None = None
     name: str | None = None
-    input: dict[str, Any] | None = None
+    input: dict[str, JsonValue] | None = None
     tool_use_id: str | None = None
     content: str | list[Block] | None = None
     is_error: bool | None = None
@@ -51,7 +51,7 @@ class SystemBlock(RequestModel):
 class ToolParam(RequestModel):
     name: str = Field(min_length=1)
     description: str | None = None
-    input_schema: dict[str, Any] | None = None
+    input_schema: dict[str, JsonValue] | None = None
     type: str | None = None
 
 
@@ -74,7 +74,7 @@ class MessagesRequest(RequestModel):
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, JsonValue] | None = None
     stream: bool | None = False
 
     def system_text(self) -> str:
@@ -140,6 +140,15 @@ def error_type(status: int) -> str:
     if known is not None:
         return known
     return "invalid_request_error" if status < 500 else "api_error"
+
+
+def error_status(kind: str) -> int:
+    """The status Anthropic answers an error ``type`` with (:func:`error_type`'s inverse,
+    overload as its 529); unknown types read as 500."""
+    for status, known in ANTHROPIC_ERROR_TYPES.items():
+        if known == kind:
+            return anthropic_status(status)
+    return 500
 
 
 def error_body(status: int, message: str, request_id: str | None = None) -> dict[str, Any]:

@@ -30,12 +30,13 @@ from typing import Literal, TypeVar
 
 import structlog
 
-from backends.base import Backend, Capabilities, EmbeddingsBackend, LiveStats
-from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings, find_model
+from backends.base import Backend, LiveStats
+from backends.llamacpp.backend import LlamaCppSettings, find_model
 from backends.registry import DeploymentConfig, create_backend
+from backends.wrapper import WrapperBackend
 from gateway.common.periodic import Periodic
 from gateway.config import DeviceSpec, LocalModelsSettings
-from gateway.errors import InvalidRequestError, ServiceUnavailableError
+from gateway.errors import ServiceUnavailableError
 from gateway.planner.devices import gib
 from gateway.protocol import (
     ChatCompletion,
@@ -164,10 +165,14 @@ class Residency:
         return min(1.0, max(0.05, min(keep) / 4)) if keep else 1.0
 
 
-class ResidentBackend:
-    """A llama.cpp deployment that is loaded on demand; see the module docstring."""
+class ResidentBackend(WrapperBackend):
+    """A llama.cpp deployment that is loaded on demand; see the module docstring. Each
+    request it serves loads the engine first; ``inner`` is the engine-backed backend (a
+    fresh, unstarted one while unloaded). Its ``capabilities`` and health are the engine's.
+    """
 
     def __init__(self, settings: LlamaCppSettings, residency: Residency, key: str) -> None:
+        super().__init__(create_backend(settings))
         self.settings = settings
         self.key = key
         self.keep_alive = settings.keep_alive
@@ -175,18 +180,9 @@ class ResidentBackend:
         self.in_flight = 0
         self.last_used = residency.clock()
         self._residency = residency
-        self._backend = create_backend(settings)
         self._loading: asyncio.Task[None] | None = None
         self._size: int | None = None
         self._closed = False
-
-    @property
-    def name(self) -> str:
-        return self.settings.name
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._backend.capabilities
 
     @property
     def busy(self) -> bool:
@@ -235,14 +231,17 @@ class ResidentBackend:
     async def count_tokens(self, request: ChatCompletionRequest) -> int:
         """The engine's exact prompt token count (the model is loaded for it)."""
         async with self._use() as backend:
-            assert isinstance(backend, LlamaCppBackend)
             return await backend.count_tokens(request)
 
     async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse:
         async with self._use() as backend:
-            if not isinstance(backend, EmbeddingsBackend):
-                raise InvalidRequestError(f"deployment {self.name!r} serves no embeddings")
             return await backend.embeddings(request)
+
+    # served only after a load, and the engine has none of them: refused, as by default
+    chat_stream_raw = Backend.chat_stream_raw
+    messages = Backend.messages
+    messages_stream = Backend.messages_stream
+    count_message_tokens = Backend.count_message_tokens
 
     # residency ------------------------------------------------------------------------
 

@@ -7,18 +7,21 @@ without them unless the client asked for them itself. The wrapper sits below the
 layer's endpoints, so the Responses and Messages translations are judged on the chat
 answer they are built from, with no change of their own.
 
-It offers no ``chat_stream_raw`` and no native Messages: a judged stream is parsed chunk by
-chunk (the logprobs are in the chunks), which costs a little more than the raw path; the
-last step of a cascade is never wrapped and keeps the fast path.
+It offers no ``chat_stream_raw`` and no native Messages (its ``capabilities`` say so): a
+judged stream is parsed chunk by chunk (the logprobs are in the chunks), which costs a
+little more than the raw path; the last step of a cascade is never wrapped and keeps the
+fast path. Everything else passes through to the wrapped backend.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from backends.base import Backend, Capabilities, LiveStats
+from backends.base import Backend, Capabilities
+from backends.wrapper import WrapperBackend
 from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -82,29 +85,22 @@ class Judge:
             self.logprobs.append(min(float(value), 0.0))
 
 
-class JudgedBackend:
+class JudgedBackend(WrapperBackend):
     """``inner`` with every answer's logprobs going to ``judge`` (see the module doc)."""
 
     def __init__(self, inner: Backend, judge: Judge) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.judge = judge
 
     @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
     def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
+        return replace(self.inner.capabilities, chat_stream_raw=False, native_messages=False)
 
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    def stats(self) -> LiveStats:
-        return self.inner.stats()
+    # the pass-through paths would carry the answer past the judge: refused, as by default
+    chat_stream_raw = Backend.chat_stream_raw
+    messages = Backend.messages
+    messages_stream = Backend.messages_stream
+    count_message_tokens = Backend.count_message_tokens
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         """The whole answer, judged; its logprobs kept only if the client asked."""

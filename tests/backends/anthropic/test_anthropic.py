@@ -12,7 +12,7 @@ import pytest
 from backends.anthropic.backend import AnthropicBackend, AnthropicSettings
 from backends.anthropic.wire import from_message, to_messages_request
 from backends.base import Backend
-from backends.http.plumbing import counts_as_failure, upstream_status
+from backends.http.errors import counts_as_failure, upstream_status
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,
@@ -274,7 +274,6 @@ def test_tool_conversation_merges_turns() -> None:
         {"logprobs": True},
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
         {"messages": [{"role": "assistant", "tool_calls": [call("c", "[1")]}]},
-        {"messages": [{"role": "tool", "content": "no id"}]},
     ],
 )
 def test_refused_requests(extra: dict[str, Any]) -> None:

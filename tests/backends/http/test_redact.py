@@ -8,7 +8,7 @@ import json
 from structlog.testing import capture_logs
 
 from backends.http import h1
-from backends.http.plumbing import error_for_status, error_for_transport
+from backends.http.errors import error_for_status, error_for_transport
 from backends.http.redact import Redactor
 
 KEY = "prov_0123456789abcdef"

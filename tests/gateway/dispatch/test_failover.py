@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from backends.base import Capabilities
-from backends.http.plumbing import annotate
+from backends.http.errors import annotate
 from gateway.admission.limits import DeploymentLimitedError, LimitExceededError
 from gateway.config import parse_config
 from gateway.dispatch import Gateway

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from backends.base import NotSupportedError
 from backends.llamacpp.backend import LlamaCppSettings
 from gateway.config import ConfigError, parse_config
 from gateway.models.demo import ensure_demo_model
@@ -297,3 +298,18 @@ local_models:
     assert "'5 minutes' is not a duration" in found["deployments.0.keep_alive"]
     assert found["local_models.memory_budget"].startswith("models.yaml:9: ")
     assert found["local_models.evict"].startswith("models.yaml:10: ")
+
+
+async def test_an_unloaded_model_says_what_its_engine_answers() -> None:
+    """Before any load, the deployment's abilities are its engine's: embeddings only from an
+    embedding model; raw frames and native Messages from neither (refused if asked)."""
+    residency = Residency()
+    for task, embeds in (("generate", False), ("embed", True)):
+        settings = LlamaCppSettings(backend="llamacpp", name=task, model="demo:tiny", task=task)
+        resident = residency.create(settings)
+        capabilities = resident.capabilities
+        assert capabilities.embeddings is embeds and capabilities.count_tokens
+        assert not capabilities.chat_stream_raw and not capabilities.native_messages
+        with pytest.raises(NotSupportedError):
+            await resident.messages({})
+        assert resident.stats().loaded is False

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from backends.http.plumbing import FrameStream, data_events, frames_of, iter_frame_blocks
+from backends.http.sse import FrameBatches as FrameStream
+from backends.http.sse import data_events, frames_of, iter_frame_blocks
 
 
 async def chunks_of(*parts: bytes) -> AsyncIterator[bytes]:

@@ -1,0 +1,115 @@
+"""What every backend over a remote HTTP API shares: its settings, the pooled connection to
+its upstream opened at start and closed at the end, the requests in flight, health probes,
+and upstream failures mapped onto :mod:`gateway.errors`.
+
+A wire API (:mod:`backends.openai`, :mod:`backends.anthropic`) derives from
+:class:`HTTPBackend`, says how it logs in (:meth:`HTTPBackend.login_headers`) and where a
+probe asks (:attr:`HTTPBackend.health_path`), and adds its own requests and answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import abstractmethod
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Generic, TypeVar
+
+import httpx
+
+from backends.base import Backend, LiveStats
+from backends.http.errors import map_transport_errors
+from backends.http.jsonbody import encode_json
+from backends.http.redact import Redactor
+from backends.http.settings import HTTPDeploymentSettings, read_api_key
+from backends.http.sse import FrameBatches
+from backends.http.upstream import Upstream, make_upstream, probe
+
+S = TypeVar("S", bound=HTTPDeploymentSettings)
+
+
+class HTTPBackend(Backend, Generic[S]):
+    """A :class:`~backends.base.Backend` over one pooled connection to a remote API."""
+
+    health_path: ClassVar[str]
+    """What a probe GETs when the settings name no ``health_path`` (the API's model list)."""
+
+    def __init__(self, settings: S, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """``transport``: an httpx transport to send through instead (a test's upstream)."""
+        self._settings = settings
+        self._transport = transport
+        self._upstream: Upstream | None = None
+        self._in_flight = 0
+
+    @property
+    def name(self) -> str:
+        return self._settings.name
+
+    @property
+    def settings(self) -> S:
+        return self._settings
+
+    @abstractmethod
+    def login_headers(self, key: str | None) -> dict[str, str]:
+        """The headers every request carries: the API key ``key`` (``None``: no key) as
+        this API expects it, and whatever else it requires."""
+
+    async def start(self) -> None:
+        """Read the API key and open the connection pool."""
+        if self._upstream is not None:
+            return
+        headers = self.login_headers(read_api_key(self._settings.api_key_env))
+        self._upstream = make_upstream(self._settings, headers, self._transport)
+
+    async def aclose(self) -> None:
+        """Close the pool; streams still open are cut."""
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            await upstream.aclose()
+
+    def stats(self) -> LiveStats:
+        return LiveStats(in_flight=self._in_flight)
+
+    async def health(self, timeout_s: float) -> bool | None:
+        """A background probe while the breaker is open: ``GET health_path`` (by default
+        :attr:`health_path`); ``None`` when probes are off or the upstream cannot tell."""
+        if self._upstream is None or not self._settings.health_check:
+            return None
+        path = self._settings.health_path or self.health_path
+        return await probe(self._upstream, path, timeout_s)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> bytes:
+        """POST ``body`` as JSON, counted in flight; the answer's bytes."""
+        upstream = self._require_upstream()
+        self._in_flight += 1
+        try:
+            return await upstream.post(path, encode_json(body), self._settings.timeouts.total_s)
+        finally:
+            self._in_flight -= 1
+
+    @contextlib.asynccontextmanager
+    async def post_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[FrameBatches]:
+        """POST ``body`` as a streaming request and hand over its SSE frames, counted in
+        flight, transport failures mapped (as everywhere) until the block ends."""
+        upstream = self._require_upstream()
+        self._in_flight += 1
+        try:
+            with self._map_errors():
+                async with upstream.stream(
+                    path, encode_json(body), self._settings.timeouts
+                ) as frames:
+                    yield frames
+        finally:
+            self._in_flight -= 1
+
+    def _map_errors(self) -> AbstractContextManager[None]:
+        """Transport failures (connect, timeout, reset) onto gateway.errors."""
+        return map_transport_errors(self.name, self._redactor())
+
+    def _redactor(self) -> Redactor:
+        return self._upstream.redactor if self._upstream is not None else Redactor()
+
+    def _require_upstream(self) -> Upstream:
+        if self._upstream is None:
+            raise RuntimeError(f"backend {self.name} is not started")
+        return self._upstream

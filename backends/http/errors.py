@@ -1,0 +1,326 @@
+"""Upstream failures onto :mod:`gateway.errors`, each from one table.
+
+* :func:`error_for_status`: an upstream's error answer, by its HTTP status
+  (:data:`_BY_STATUS`: the first row that lists the status builds the error);
+* :func:`error_for_transport` / :func:`map_transport_errors`: a failed connection, by the
+  class of the transport's exception (:data:`_BY_TRANSPORT`: the first row whose classes
+  match, most specific first);
+* :func:`timeout_error`, :func:`protocol_error`, :func:`cut_error`, :func:`stalled_error`:
+  what the gateway itself finds wrong with an upstream.
+
+This is the one place upstream text becomes an error: the client's message has secrets
+and internal addresses taken out (:meth:`~backends.http.redact.Redactor.for_client`); the
+``upstream_error`` log line keeps the detail with only secrets taken out
+(:meth:`~backends.http.redact.Redactor.for_log`). A rejected credential (401/402/403) and a
+failed connection tell the client no upstream text at all.
+
+Every error raised from here has ``counts_as_failure`` set (declared on ``GatewayError``):
+True for connect errors, timeouts, cut streams, bad upstream JSON, 401/402/403/408/429/5xx;
+False for 400/404/413/422, which the client's request caused. Errors mapped from a status
+also keep ``upstream_status`` and ``upstream_body`` (declared on ``UpstreamError``, set on
+the other classes too; read them with :func:`upstream_status`), and the upstream's own
+``param`` and ``code`` (scrubbed like its message). A connection reset or closed early, and
+a stream that ends before its answer is whole, raise :class:`~gateway.errors.StreamCutError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import NamedTuple
+
+import httpx
+import structlog
+
+from backends.http import h1
+from backends.http.redact import Redactor
+from gateway.errors import (
+    ContextLengthExceededError,
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    NotFoundError,
+    RateLimitError,
+    ServiceUnavailableError,
+    StalledError,
+    StreamCutError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+
+# what upstreams say when a prompt does not fit: OpenAI/vLLM ("maximum context length"),
+# Anthropic ("prompt is too long"), llama-server ("exceeds the available context size")
+_CONTEXT_LENGTH = re.compile(
+    r"maximum context length|prompt is too long|exceeds the available context size"
+    r"|context_length_exceeded",
+    re.IGNORECASE,
+)
+_BODY_LIMIT = 4096
+_FIELD_LIMIT = 100  # an upstream's code/param relayed to the client: names, not prose
+log = structlog.get_logger("shunter.upstream")
+
+
+def annotate(
+    exc: GatewayError,
+    *,
+    counts_as_failure: bool,
+    upstream_status: int | None = None,
+    upstream_body: str | None = None,
+) -> GatewayError:
+    """Mark ``exc`` for the breaker and keep what the upstream said (status, body)."""
+    exc.counts_as_failure = counts_as_failure
+    if upstream_status is not None or upstream_body is not None:
+        exc.upstream_status, exc.upstream_body = upstream_status, upstream_body
+    return exc
+
+
+def counts_as_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` counts against the deployment (breaker, fallback); see error_for_status."""
+    return exc.counts_as_failure if isinstance(exc, GatewayError) else True
+
+
+def upstream_status(exc: BaseException) -> int | None:
+    """The HTTP status the upstream answered with, if there was one."""
+    value = getattr(exc, "upstream_status", None)
+    return value if isinstance(value, int) else None
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """``retry-after-ms`` (preferred) or ``retry-after`` (seconds or HTTP date), in seconds."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class ErrorDetails(NamedTuple):
+    """What an upstream's error body says, each field ``None`` when absent."""
+
+    message: str | None = None
+    code: str | None = None
+    type: str | None = None
+    param: str | None = None
+
+
+def error_details(body: str) -> ErrorDetails:
+    """The fields of an OpenAI or Anthropic error body, when present."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ErrorDetails()
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, str):
+        return ErrorDetails(message=err)
+    if not isinstance(err, dict):
+        return ErrorDetails()
+    fields = (err.get(name) for name in ErrorDetails._fields)
+    return ErrorDetails(*(value if isinstance(value, str) else None for value in fields))
+
+
+def _field(scrub: Redactor, value: str | None) -> str | None:
+    """An upstream's ``code``/``param``, scrubbed and bounded like its message."""
+    return scrub.for_client(value)[:_FIELD_LIMIT] if value else None
+
+
+@dataclass(frozen=True)
+class UpstreamSaid:
+    """An upstream's error answer, read and scrubbed: what each row of the table builds on."""
+
+    deployment: str
+    status: int
+    detail: str
+    """Its message, for the client (secrets and addresses out)."""
+    body: str
+    """Its body, for the log (secrets out)."""
+    code: str | None
+    param: str | None
+    retry_after: float | None
+
+
+def _client_error(said: UpstreamSaid) -> GatewayError:
+    message, code, param = said.detail, said.code, said.param
+    if said.status == 404:
+        cls404 = ModelNotFoundError if code == "model_not_found" else NotFoundError
+        return cls404(message, code=code, param=param)
+    if said.status == 413:
+        return InvalidRequestError(message, code=code or "request_too_large", param=param)
+    if code == "context_length_exceeded" or _CONTEXT_LENGTH.search(message):
+        return ContextLengthExceededError(message, param=param)
+    return InvalidRequestError(message, code=code, param=param)
+
+
+def _rejected_credentials(said: UpstreamSaid) -> GatewayError:
+    # what it said about our credentials is the operator's business: in the log only
+    return UpstreamError(
+        f"upstream {said.deployment} rejected the gateway's credentials or account "
+        f"(HTTP {said.status}); check the deployment's API key",
+        upstream_status=said.status,
+        upstream_body=said.body,
+        should_retry=False,
+    )
+
+
+def _timed_out(said: UpstreamSaid) -> GatewayError:
+    return UpstreamTimeoutError(
+        f"upstream {said.deployment} timed out (HTTP 408): {said.detail}", param=said.param
+    )
+
+
+def _rate_limited(said: UpstreamSaid) -> GatewayError:
+    return RateLimitError(
+        f"upstream {said.deployment} is rate limited: {said.detail}",
+        code=said.code or "rate_limit_exceeded",
+        param=said.param,
+        retry_after=said.retry_after,
+        should_retry=False if said.code == "insufficient_quota" else None,
+    )
+
+
+def _overloaded(said: UpstreamSaid) -> GatewayError:
+    return ServiceUnavailableError(
+        f"upstream {said.deployment} is overloaded: {said.detail}",
+        code=said.code,
+        param=said.param,
+        retry_after=said.retry_after if said.retry_after is not None else 1.0,
+    )
+
+
+def _failed(said: UpstreamSaid) -> GatewayError:
+    return UpstreamError(
+        f"upstream {said.deployment} failed (HTTP {said.status}): {said.detail}",
+        upstream_status=said.status,
+        upstream_body=said.body,
+        code=said.code,
+        param=said.param,
+        retry_after=said.retry_after,
+    )
+
+
+_BY_STATUS: tuple[tuple[frozenset[int], bool, Callable[[UpstreamSaid], GatewayError]], ...] = (
+    # statuses, counts against the deployment, the error
+    (frozenset({400, 404, 413, 422}), False, _client_error),
+    (frozenset({401, 402, 403}), True, _rejected_credentials),
+    (frozenset({408}), True, _timed_out),
+    (frozenset({429}), True, _rate_limited),
+    (frozenset({529}), True, _overloaded),
+)
+"""The error each upstream status maps to; a status no row lists is :func:`_failed` (502)."""
+
+
+def error_for_status(
+    deployment: str,
+    status: int,
+    body: str,
+    headers: Mapping[str, str],
+    redactor: Redactor | None = None,
+) -> GatewayError:
+    """Map an upstream error response onto the gateway's error tree (:data:`_BY_STATUS`).
+
+    400/404/413/422: the client's fault, passed on, not a deployment failure.
+    401/402/403: our credentials or account, 502 with ``x-should-retry: false``.
+    408: 504. 429: 429 with retry-after. 529: 503 with retry-after. Other: 502.
+    ``redactor`` (the upstream's own) takes secrets and addresses out of what it said.
+    """
+    scrub = redactor or Redactor()
+    body = scrub.for_log(body[:_BODY_LIMIT])
+    said = error_details(body)
+    read = UpstreamSaid(
+        deployment=deployment,
+        status=status,
+        detail=scrub.for_client(said.message or body[:300] or "(empty body)"),
+        body=body,
+        code=_field(scrub, said.code),
+        param=_field(scrub, said.param),
+        retry_after=retry_after_seconds(headers),
+    )
+    build: Callable[[UpstreamSaid], GatewayError] = _failed
+    counts = True
+    for statuses, counted, builder in _BY_STATUS:
+        if status in statuses:
+            build, counts = builder, counted
+            break
+    emit = log.warning if counts else log.info
+    emit("upstream_error", deployment=deployment, status=status, body=body[:1000])
+    exc = build(read)
+    return annotate(exc, counts_as_failure=counts, upstream_status=status, upstream_body=body)
+
+
+_Row = tuple[tuple[type[BaseException], ...], type[GatewayError], str]
+_BY_TRANSPORT: tuple[_Row, ...] = (
+    # the transport's exceptions, the error, what the client is told ({d}: the upstream,
+    # {k}: the exception's class)
+    ((httpx.PoolTimeout, h1.PoolTimeout), ServiceUnavailableError, "no free connection to {d}"),
+    ((httpx.TimeoutException, TimeoutError), UpstreamTimeoutError, "{d} timed out ({k})"),
+    ((httpx.ConnectError, h1.ConnectError), ServiceUnavailableError, "cannot connect to {d} ({k})"),
+)
+"""The error for each transport failure, most specific first; anything else (a reset, a
+connection closed early, an answer that is not HTTP) cut whatever was under way:
+:class:`~gateway.errors.StreamCutError`."""
+
+
+def error_for_transport(
+    deployment: str, exc: Exception, redactor: Redactor | None = None
+) -> GatewayError:
+    """Map a transport (httpx, :mod:`backends.http.h1`) or deadline failure onto the error
+    tree (:data:`_BY_TRANSPORT`). The client learns the kind of failure; the log also gets
+    its text (which names the upstream's address), secrets taken out."""
+    kind = type(exc).__name__
+    error: type[GatewayError] = StreamCutError
+    message = "connection to {d} failed ({k})"
+    for classes, cls, told in _BY_TRANSPORT:
+        if isinstance(exc, classes):
+            error, message = cls, told
+            break
+    out = error(message.format(d=f"upstream {deployment}", k=kind))
+    detail = (redactor or Redactor()).for_log(f"{kind}: {exc}")
+    log.warning("upstream_unreachable", deployment=deployment, detail=detail[:1000])
+    return annotate(out, counts_as_failure=True)
+
+
+@contextlib.contextmanager
+def map_transport_errors(deployment: str, redactor: Redactor | None = None) -> Iterator[None]:
+    """httpx failures and stray deadlines onto gateway.errors (see error_for_transport)."""
+    try:
+        yield
+    except (httpx.HTTPError, h1.H1Error, TimeoutError) as exc:
+        raise error_for_transport(deployment, exc, redactor) from exc
+
+
+def timeout_error(deployment: str, what: str) -> GatewayError:
+    """A deadline of ours ran out."""
+    exc = UpstreamTimeoutError(f"upstream {deployment}: {what}")
+    return annotate(exc, counts_as_failure=True)
+
+
+def protocol_error(deployment: str, what: str) -> GatewayError:
+    """The upstream broke the wire protocol (bad JSON, a malformed answer)."""
+    return annotate(UpstreamError(f"upstream {deployment}: {what}"), counts_as_failure=True)
+
+
+def cut_error(deployment: str, what: str) -> GatewayError:
+    """A stream ended before its answer was whole."""
+    return annotate(StreamCutError(f"upstream {deployment}: {what}"), counts_as_failure=True)
+
+
+def stalled_error(deployment: str, what: str) -> GatewayError:
+    """Nothing arrived before the first-token limit."""
+    return annotate(StalledError(f"upstream {deployment}: {what}"), counts_as_failure=True)

@@ -1,0 +1,87 @@
+"""A backend that wraps another: every method forwarded, so a wrapper overrides only what
+it changes (loading a model on demand, judging an answer).
+
+An ability the wrapped backend has stays, with its flag in ``capabilities``; a wrapper that
+takes one away says so in its own ``capabilities`` (and may restore the refusing default
+of :class:`~backends.base.Backend` for the method).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from backends.base import Backend, Capabilities, LiveStats
+from gateway.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    Usage,
+)
+from gateway.protocol.frames import FrameStream
+
+
+class WrapperBackend(Backend):
+    """Forwards every :class:`~backends.base.Backend` method to ``inner``."""
+
+    def __init__(self, inner: Backend) -> None:
+        self._backend = inner
+
+    @property
+    def inner(self) -> Backend:
+        """The backend this one wraps."""
+        return self._backend
+
+    @property
+    def name(self) -> str:
+        return self._backend.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._backend.capabilities
+
+    async def start(self) -> None:
+        await self._backend.start()
+
+    async def aclose(self) -> None:
+        await self._backend.aclose()
+
+    def stats(self) -> LiveStats:
+        return self._backend.stats()
+
+    async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
+        return await self._backend.chat(request)
+
+    def chat_stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
+        return self._backend.chat_stream(request)
+
+    async def completion(self, request: CompletionRequest) -> Completion:
+        return await self._backend.completion(request)
+
+    def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+        return self._backend.completion_stream(request)
+
+    async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse:
+        return await self._backend.embeddings(request)
+
+    def chat_stream_raw(self, request: ChatCompletionRequest) -> FrameStream:
+        return self._backend.chat_stream_raw(request)
+
+    async def count_tokens(self, request: ChatCompletionRequest) -> int:
+        return await self._backend.count_tokens(request)
+
+    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
+        return await self._backend.messages(body)
+
+    def messages_stream(self, body: dict[str, Any]) -> FrameStream:
+        return self._backend.messages_stream(body)
+
+    async def count_message_tokens(self, body: dict[str, Any]) -> int:
+        return await self._backend.count_message_tokens(body)
+
+    async def health(self, timeout_s: float) -> bool | None:
+        return await self._backend.health(timeout_s)
