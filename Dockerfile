@@ -21,14 +21,14 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/shunter
 WORKDIR /src
 
-# Dependencies first, read from pyproject.toml: llama.cpp compiles for minutes, so this layer
-# is rebuilt only when pyproject.toml changes, not on every source edit.
+# Dependencies first, exactly as requirements.lock pins them (written from pyproject.toml by
+# scripts/lock.sh), each file checked against its sha256: llama.cpp compiles for minutes, so
+# this layer is rebuilt only when the lock changes, not on every source edit.
 # Portable llama.cpp (no -march=native): the image runs on any x86-64 CPU, and the native
 # build crashes on q8_0 models on AMX CPUs.
 ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt
+COPY pyproject.toml requirements.lock ./
+RUN pip install --require-hashes -r requirements.lock
 
 COPY README.md ./
 COPY gateway ./gateway

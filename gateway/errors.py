@@ -17,12 +17,25 @@
         └── StalledError (504, no first token within the deployment's first_token_s)
 
 Every error knows its HTTP status, OpenAI ``type`` and ``code``, the request
-``param`` it concerns, and whether a client retry can help (``x-should-retry``).
+``param`` it concerns, and whether a client retry can help (``x-should-retry``). A message
+is at most :data:`MAX_MESSAGE` characters: one that quotes what a client sent (a model
+name of a megabyte) keeps its beginning and end, and says how much was left out.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+MAX_MESSAGE = 2_000
+_KEEP_HEAD, _KEEP_TAIL = 1_200, 600
+
+
+def bounded_message(message: str) -> str:
+    """``message``, or its beginning and end when it is longer than :data:`MAX_MESSAGE`."""
+    if len(message) <= MAX_MESSAGE:
+        return message
+    left_out = len(message) - _KEEP_HEAD - _KEEP_TAIL
+    return f"{message[:_KEEP_HEAD]}...({left_out} characters)...{message[-_KEEP_TAIL:]}"
 
 
 class GatewayError(Exception):
@@ -48,6 +61,7 @@ class GatewayError(Exception):
         retry_after: float | None = None,
         should_retry: bool | None = None,
     ) -> None:
+        message = bounded_message(message)
         super().__init__(message)
         self.message = message
         self.param = param

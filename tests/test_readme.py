@@ -44,6 +44,8 @@ README = ROOT / "README.md"
 NOT_RUN = {
     "./scripts/serve.sh": "installs into .venv",
     "./scripts/test.sh": "runs this test suite",
+    "uvx --from cyclonedx-bom==7.5.0 cyclonedx-py requirements requirements.lock --of JSON "
+    "-o shunter.cdx.json": "reads the checkout's requirements.lock",
     "python3 -m venv /tmp/vllm-cpu": "downloads about 3 GB",
     "shunter pull hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf": (
         "downloads a model"

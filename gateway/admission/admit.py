@@ -15,14 +15,18 @@ when keys cannot be checked). ``admit`` checks that the key may use the model (4
 key's budget (429 ``insufficient_quota``, or 503 when the store is down) and takes one
 request plus the token estimate (prompt + max output tokens; prompt only for embeddings)
 from the key's RPM/TPM (429 with ``retry-after``). ``admit_deployment``
-does the same against the chosen deployment's limits. ``settle`` replaces the token
-estimate with the actual usage and adds the cost (from the deployment's price) to the
-key's spend.
+does the same against the chosen deployment's limits. ``admit`` also holds the request's
+worst case from the key's budget (the token estimate at the dearest price among the
+model's candidates; for a cascade, the dearest it may run, summed), atomically with the check,
+so that concurrent requests cannot all pass one check and overspend together.
+``settle`` replaces the token estimate with the actual usage and the hold with the cost
+(from the deployment's price); ``release`` gives everything back.
 """
 
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -37,7 +41,7 @@ from gateway.admission.limits import (
     RateLimit,
     ratelimit_headers,
 )
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, ModelRoute
 from gateway.protocol import (
     ChatCompletionRequest,
     ChatMessage,
@@ -119,6 +123,8 @@ class AdmissionTicket:
     cost_usd: float = 0.0
     settled: bool = False
     attempts: list[str] = field(default_factory=list)
+    hold_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    held_usd: float = 0.0
 
 
 class Admission:
@@ -131,6 +137,7 @@ class Admission:
         budgets: Budgets,
         *,
         prices: Mapping[str, Price | None] | None = None,
+        routes: Mapping[str, ModelRoute] | None = None,
         deployment_limits: Mapping[str, RateLimit] | None = None,
         default_output_reserve: int = 1024,
     ) -> None:
@@ -138,6 +145,7 @@ class Admission:
         self.limiter = limiter
         self.budgets = budgets
         self.prices = dict(prices or {})
+        self.routes = dict(routes or {})
         self.deployment_limits = dict(deployment_limits or {})
         self.default_output_reserve = default_output_reserve
 
@@ -157,6 +165,7 @@ class Admission:
             Limiter(store),
             Budgets(store),
             prices={d.name: d.price for d in config.deployments},
+            routes=config.models,
             deployment_limits=deployment_limits,
         )
 
@@ -165,6 +174,7 @@ class Admission:
     ) -> None:
         """Take prices (and limits, when given) from a reloaded config."""
         self.prices = {d.name: d.price for d in config.deployments}
+        self.routes = dict(config.models)
         if deployment_limits is not None:
             self.deployment_limits = dict(deployment_limits)
 
@@ -181,13 +191,42 @@ class Admission:
         output = facts.max_output_tokens
         if output is None:
             output = self.default_output_reserve
-        ticket = AdmissionTicket(key, facts.model, facts.prompt_tokens + output * facts.n)
+        output *= facts.n
+        ticket = AdmissionTicket(key, facts.model, facts.prompt_tokens + output)
         label = f"key '{key.name}'"
         if key.budget_usd is not None:
-            await self.budgets.check(key.scope, label, key.budget_usd, key.budget_window_s)
+            worst = self.worst_case_usd(facts.model, facts.prompt_tokens, output)
+            await self._hold_budget(ticket, label, worst)
         limit = RateLimit(rpm=key.rpm, tpm=key.tpm)
-        ticket.key_grant = await self.limiter.reserve(key.scope, label, limit, ticket.tokens)
+        try:
+            ticket.key_grant = await self.limiter.reserve(key.scope, label, limit, ticket.tokens)
+        except BaseException:
+            await self._charge(ticket, 0.0)
+            raise
         return ticket
+
+    def worst_case_usd(self, model: str, prompt_tokens: int, output_tokens: int) -> float:
+        """The most a request to ``model`` can cost: at its dearest candidate's price; for
+        a cascade, at the dearest candidates' together, as many as it may run."""
+        route = self.routes.get(model)
+        if route is None:
+            return 0.0
+        costs = sorted(
+            (cost_usd(self.prices.get(d), prompt_tokens, output_tokens) for d in route.candidates),
+            reverse=True,
+        )
+        runs = 1 if route.cascade is None else 1 + route.cascade.max_escalations
+        return sum(costs[:runs])
+
+    async def _hold_budget(self, ticket: AdmissionTicket, label: str, worst: float) -> None:
+        key = ticket.key
+        assert key.budget_usd is not None
+        if worst <= 0:  # nothing to hold: only refuse a budget already used up
+            await self.budgets.check(key.scope, label, key.budget_usd, key.budget_window_s)
+            return
+        budget = (key.budget_usd, key.budget_window_s)
+        await self.budgets.hold(key.scope, label, budget, ticket.hold_id, worst)
+        ticket.held_usd = worst
 
     async def admit_deployment(
         self, ticket: AdmissionTicket, deployment: str, limit: RateLimit | None = None
@@ -232,11 +271,15 @@ class Admission:
                 price = self.prices.get(ticket.deployment)
                 cost = cost_usd(price, usage.prompt_tokens, usage.completion_tokens)
             ticket.cost_usd = cost
-            if ticket.key.budget_usd is not None:
-                await self.budgets.add(
-                    ticket.key.scope, ticket.key.budget_window_s, ticket.cost_usd
-                )
+        await self._charge(ticket, ticket.cost_usd)
         return ticket.cost_usd
+
+    async def _charge(self, ticket: AdmissionTicket, usd: float) -> None:
+        """Add ``usd`` to the key's spend and drop the ticket's hold, in one step."""
+        key = ticket.key
+        if key.budget_usd is not None:
+            hold_id = ticket.hold_id if ticket.held_usd else ""
+            await self.budgets.add(key.scope, key.budget_window_s, usd, hold_id)
 
     async def release(self, ticket: AdmissionTicket) -> None:
         """Give back everything (request and tokens): the request was refused before any
@@ -247,6 +290,7 @@ class Admission:
         for grant in (ticket.key_grant, ticket.deployment_grant):
             if grant is not None:
                 await self.limiter.release(grant)
+        await self._charge(ticket, 0.0)
 
     def headers(self, ticket: AdmissionTicket) -> dict[str, str]:
         """``x-ratelimit-*`` for the response: the tightest of key and deployment limits."""

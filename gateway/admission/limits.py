@@ -4,15 +4,16 @@ Rate limits fail open: when the shared store is down, :class:`Limiter` decides w
 in-process counters (each replica then allows the full limit on its own) and counts each
 such decision in :attr:`Limiter.stats`. Budgets fail closed: a budget that cannot be read
 refuses the request with 503 ``budget_unavailable`` (retryable), because letting money be
-spent unchecked is worse than a short refusal. Spend that cannot be recorded is kept here
-and added on the next successful write.
+spent unchecked is worse than a short refusal. Each request holds its worst-case cost from
+the budget before it runs and settles to its real cost after (:class:`Budgets`). Spend
+that cannot be recorded is kept here and added on the next successful write.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -208,53 +209,108 @@ class BudgetStats:
     """Counters for the metrics owner; ``unrecorded_usd`` waits for the store to return."""
 
     exhausted: int = 0
+    held_back: int = 0
     unavailable: int = 0
     unrecorded_usd: float = 0.0
 
 
 class Budgets:
-    """Money spent per scope and window, checked before a request and added after it."""
+    """Money per scope and window: held for each request before it runs (its worst case),
+    settled to what it cost after. A request is let in while what is spent plus what
+    requests in flight hold is under the budget, so the spend passes the budget by at
+    most one request's hold (and by what requests cost beyond their holds, when a prompt
+    estimate falls short). A hold lapses after ``hold_ttl_s`` if its process dies."""
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, *, hold_ttl_s: float = 900.0) -> None:
         self.store = store
+        self.hold_ttl_s = hold_ttl_s
         self.stats = BudgetStats()
         self._pending: dict[tuple[str, int], float] = {}
 
     async def check(self, scope: str, label: str, budget_usd: float, window_s: int) -> Spend:
         """The current spend; raise 429 ``insufficient_quota`` (no retry) when exhausted,
-        503 ``budget_unavailable`` when the store cannot say."""
+        429 (retry soon) when requests in flight hold the rest, 503 ``budget_unavailable``
+        when the store cannot say."""
         try:
             spend = await self.store.spend_get(scope, window_s)
         except StateUnavailable as exc:
-            self.stats.unavailable += 1
-            raise ServiceUnavailableError(
-                f"The budget of {label} cannot be checked right now "
-                "(the state store is unavailable); requests with a budget are refused.",
-                code="budget_unavailable",
-                retry_after=5,
-                should_retry=True,
-            ) from exc
-        spent = spend.usd + self._pending.get((scope, window_s), 0.0)
-        if spent >= budget_usd:
+            raise self._unavailable(label) from exc
+        spend = self._with_pending(scope, window_s, spend)
+        if spend.usd + spend.held_usd >= budget_usd:
+            raise self._refusal(label, budget_usd, spend)
+        return spend
+
+    async def hold(
+        self, scope: str, label: str, budget: tuple[float, int], hold_id: str, usd: float
+    ) -> Spend:
+        """Hold ``usd`` of ``budget`` (dollars, window seconds) for one request, atomically
+        with the check that the budget is not used up; or raise as :meth:`check` does."""
+        budget_usd, window_s = budget
+        pending = self._pending.get((scope, window_s), 0.0)
+        try:
+            held = await self.store.spend_hold(
+                scope, window_s, hold_id, usd, self.hold_ttl_s, budget_usd=budget_usd - pending
+            )
+        except StateUnavailable as exc:
+            raise self._unavailable(label) from exc
+        spend = self._with_pending(scope, window_s, held.spend)
+        if not held.allowed:
+            raise self._refusal(label, budget_usd, spend)
+        return spend
+
+    async def rehold(self, scope: str, window_s: int, hold_id: str, usd: float) -> None:
+        """Change what a request already let in holds (it moved to another deployment),
+        without a check: it was admitted. A store that is down keeps the old hold."""
+        try:
+            await self.store.spend_hold(scope, window_s, hold_id, usd, self.hold_ttl_s)
+        except StateUnavailable:
+            log.debug("budget_rehold_skipped", scope=scope)
+
+    async def add(self, scope: str, window_s: int, usd: float, hold_id: str = "") -> None:
+        """Record spend and drop the request's hold; if the store is down, keep the spend
+        for the next successful write (the hold lapses by itself)."""
+        if usd <= 0 and not hold_id:
+            return
+        key = (scope, window_s)
+        amount = self._pending.pop(key, 0.0) + max(usd, 0.0)
+        try:
+            await self.store.spend_settle(scope, window_s, hold_id, amount)
+        except StateUnavailable:
+            if amount > 0:
+                self._pending[key] = amount
+                log.warning("spend_not_recorded", scope=scope, usd=amount)
+        self.stats.unrecorded_usd = sum(self._pending.values())
+
+    def _with_pending(self, scope: str, window_s: int, spend: Spend) -> Spend:
+        pending = self._pending.get((scope, window_s), 0.0)
+        return replace(spend, usd=spend.usd + pending) if pending else spend
+
+    def _unavailable(self, label: str) -> ServiceUnavailableError:
+        self.stats.unavailable += 1
+        return ServiceUnavailableError(
+            f"The budget of {label} cannot be checked right now "
+            "(the state store is unavailable); requests with a budget are refused.",
+            code="budget_unavailable",
+            retry_after=5,
+            should_retry=True,
+        )
+
+    def _refusal(self, label: str, budget_usd: float, spend: Spend) -> RateLimitError:
+        """Spent: no retry until the window resets. Held by requests in flight: soon."""
+        if spend.usd >= budget_usd:
             self.stats.exhausted += 1
             resets = datetime.fromtimestamp(spend.window_end, UTC).isoformat()
-            raise RateLimitError(
-                f"You exceeded the budget of {label}: ${spent:.4f} of ${budget_usd:.2f} "
+            return RateLimitError(
+                f"You exceeded the budget of {label}: ${spend.usd:.4f} of ${budget_usd:.2f} "
                 f"spent in this window. It resets at {resets}.",
                 code="insufficient_quota",
                 should_retry=False,
             )
-        return Spend(spent, spend.window_start, spend.window_end)
-
-    async def add(self, scope: str, window_s: int, usd: float) -> None:
-        """Record spend; if the store is down, keep it for the next successful write."""
-        if usd <= 0:
-            return
-        key = (scope, window_s)
-        amount = self._pending.pop(key, 0.0) + usd
-        try:
-            await self.store.spend_add(scope, window_s, amount)
-        except StateUnavailable:
-            self._pending[key] = amount
-            log.warning("spend_not_recorded", scope=scope, usd=amount)
-        self.stats.unrecorded_usd = sum(self._pending.values())
+        self.stats.held_back += 1
+        return RateLimitError(
+            f"The budget of {label} is held by requests in flight: ${spend.usd:.4f} "
+            f"spent and ${spend.held_usd:.4f} held of ${budget_usd:.2f}. "
+            "Please try again when they finish.",
+            retry_after=1.0,
+            should_retry=True,
+        )

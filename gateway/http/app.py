@@ -26,7 +26,7 @@ from gateway.http.messages import anthropic_error
 from gateway.http.middleware import RequestContextMiddleware, add_request_id
 from gateway.http.reload import ConfigWatcher
 from gateway.http.routes import ROUTES
-from gateway.http.ui import UI_ROUTES
+from gateway.http.ui import UI_ROUTES, StatusPage
 from gateway.ingress.store import ResponseStore
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
@@ -67,6 +67,7 @@ def create_app(
         gw.on_reload.append(lambda config: _reconfigure(services, config))
         gw.on_reload.append(lambda config: tel.configure(frozenset(config.models)))
         app.state.gateway, app.state.telemetry, app.state.services = gw, tel, services
+        app.state.status_page = StatusPage()  # its uptime counts from here
         await gw.start()
         watcher = None
         if settings.config_path is not None and settings.watch_config:

@@ -146,8 +146,10 @@ class RequestContextMiddleware:
     def _done(self, scope: Scope, traced: RequestTrace, status: int, duration: float) -> int:
         """Record the finished request and write its line; the status it ended with."""
         facts = traced.facts
-        if not status:  # nothing was sent
-            status = CLIENT_GONE if "client_gone" in facts else 500
+        if "client_gone" in facts:  # whatever was sent, nobody was left to read it all
+            status = CLIENT_GONE
+        elif not status:  # nothing was sent
+            status = 500
         self.telemetry.record(facts, status, duration, traced.operation, traced)
         log.info(
             "request",

@@ -10,19 +10,19 @@ Who may look:
 * open mode (no API keys): anyone the open-mode guard lets in (this machine only, unless
   the operator opened the gateway to the network), as for every other route;
 * with keys: the master key only. Scripts send it as ``Authorization: Bearer``; a browser
-  signs in through the form, which sets a session cookie. The cookie holds an expiry and
-  its HMAC under a secret derived from the master key, never the key itself: a leaked
-  cookie opens this page for at most :data:`SESSION_S`, not the API, and changing the
-  master key ends every session (on every replica: they derive the same secret). It is
-  ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page sends it),
-  limited to ``/ui`` and ``Secure`` over HTTPS. The sign-in and sign-out forms refuse an
-  ``Origin`` other than the page's own, and the pages forbid framing.
+  signs in through the form, which sets a session cookie. The cookie holds an expiry, a
+  nonce and their HMAC under a secret derived from the master key, never the key itself
+  (:mod:`gateway.http.uisession`): a leaked cookie opens this page for at most
+  :data:`SESSION_S` or until its sign-out, not the API, and changing the master key ends
+  every session (on every replica: they derive the same secret). It is ``HttpOnly`` (no
+  script reads it), ``SameSite=Strict`` (no other site's page sends it), limited to
+  ``/ui`` and ``Secure`` over HTTPS. The sign-in and sign-out forms refuse an ``Origin``
+  other than the page's own, and the pages forbid framing. A sign-in form is read only up
+  to :data:`_MAX_FORM` bytes (413 past it), and sign-ins are limited per client address.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import time
 from dataclasses import dataclass, field
@@ -38,6 +38,14 @@ from litestar.params import FromPath
 
 from gateway.admission.keys import KeyRing
 from gateway.http.uidata import StatusData
+from gateway.http.uisession import (
+    Session,
+    read_session,
+    session_value,
+    sign_in_allowed,
+    sign_out,
+    signed_out,
+)
 
 COOKIE = "shunter_ui"
 SESSION_S = 12 * 3600
@@ -124,26 +132,22 @@ async def _access(request: Request[Any, Any, Any]) -> _Access:
         return _Access(True, open_mode=True)
     if keys.is_master(request.headers.get("authorization")):
         return _Access(True)
-    secret = keys.derived_secret(_PURPOSE)
-    if secret is None:  # keys, but no master key: nobody may see the page
+    if _secret(request) is None:  # keys, but no master key: nobody may see the page
         return _Access(False, can_sign_in=False)
-    return _Access(session_valid(request.cookies.get(COOKIE), secret, time.time()))
+    session = _session(request)
+    return _Access(session is not None and not await signed_out(keys.store, session))
 
 
-def session_value(secret: bytes, expires: int) -> str:
-    """A session cookie's value: its expiry (Unix seconds) and that expiry's HMAC."""
-    mac = hmac.new(secret, str(expires).encode(), hashlib.sha256).hexdigest()
-    return f"{expires}.{mac}"
+def _secret(request: Request[Any, Any, Any]) -> bytes | None:
+    return _keys(request).derived_secret(_PURPOSE)
 
 
-def session_valid(value: str | None, secret: bytes, now: float) -> bool:
-    """Whether a cookie value is a session signed with ``secret`` and not yet expired."""
-    if not value:
-        return False
-    expires, _, _mac = value.partition(".")
-    if not expires.isdigit() or int(expires) <= now:
-        return False
-    return hmac.compare_digest(session_value(secret, int(expires)), value)
+def _session(request: Request[Any, Any, Any]) -> Session | None:
+    """The request's signed, unexpired session cookie (signed out or not)."""
+    secret = _secret(request)
+    if secret is None:
+        return None
+    return read_session(request.cookies.get(COOKIE), secret, time.time())
 
 
 async def _values(request: Request[Any, Any, Any], access: _Access) -> dict[str, Any]:
@@ -205,26 +209,51 @@ async def status_asset(request: Request[Any, Any, Any], name: FromPath[str]) -> 
 @post("/ui/login", include_in_schema=False)
 async def sign_in(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Check the master key from the form; on success set the session cookie."""
+    announced = request.headers.get("content-length", "")
+    if announced.isdigit() and int(announced) > _MAX_FORM:
+        return _html(b"The sign-in form is too large.", 413)
     if not _same_origin(request):
         return _html(b"Cross-origin sign-in refused.", 403)
     access = await _access(request)
     if access.open_mode:
         return _redirect()
-    keys = _keys(request)
-    secret = keys.derived_secret(_PURPOSE)
-    raw = await request.body()
-    submitted = parse_qs(raw[:_MAX_FORM].decode("utf-8", "replace")).get("key", [""])[0]
+    client = request.client.host if request.client is not None else "unknown"
+    wait = await sign_in_allowed(request.app.state.services.admission.limiter, client)
+    if wait is not None:
+        retry = str(max(1, round(wait)))
+        return _html(b"Too many sign-in attempts; try again later.", 429, **{"retry-after": retry})
+    raw = await _bounded_body(request)
+    if raw is None:
+        return _html(b"The sign-in form is too large.", 413)
+    keys, secret = _keys(request), _secret(request)
+    submitted = parse_qs(raw.decode("utf-8", "replace")).get("key", [""])[0]
     if secret is None or not keys.is_master(f"Bearer {submitted.strip()}"):
         return _login(request, access, "That is not the master key.")
     expires = int(time.time()) + SESSION_S
     return _redirect(_cookie(request, session_value(secret, expires), SESSION_S))
 
 
+async def _bounded_body(request: Request[Any, Any, Any]) -> bytes | None:
+    """The body, or ``None`` as soon as it passes :data:`_MAX_FORM` bytes (the rest is
+    never read)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > _MAX_FORM:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 @post("/ui/logout", include_in_schema=False)
-async def sign_out(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """End the browser's session."""
+async def sign_out_page(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """End the browser's session, here and on the server."""
     if not _same_origin(request):
         return _html(b"Cross-origin sign-out refused.", 403)
+    session = _session(request)
+    if session is not None:
+        await sign_out(_keys(request).store, session, time.time())
     return _redirect(_cookie(request, "", 0))
 
 
@@ -274,4 +303,4 @@ def _clock(value: object) -> str:
     return datetime.fromtimestamp(value, UTC).strftime("%H:%M:%S")
 
 
-UI_ROUTES = [status_page, status_panel, status_json, status_asset, sign_in, sign_out]
+UI_ROUTES = [status_page, status_panel, status_json, status_asset, sign_in, sign_out_page]

@@ -9,5 +9,6 @@
   in its capabilities);
 * :mod:`~gateway.ingress.translate`: the shared frame stream over chat chunks.
 
-Nothing here knows HTTP: :mod:`gateway.http.apis` puts these on the request path.
+Nothing here knows HTTP: the endpoint classes :mod:`gateway.http.responses` and
+:mod:`gateway.http.messages` put these on the request path.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from gateway.protocol.common import (
     FinishReason,
@@ -13,6 +13,7 @@ from gateway.protocol.common import (
     ResponseModel,
     StreamOptions,
     Usage,
+    missing,
     new_id,
     now,
 )
@@ -47,6 +48,12 @@ class ChatMessage(RequestModel):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
 
+    @model_validator(mode="after")
+    def _tool_answer_names_its_call(self) -> ChatMessage:
+        if self.role == "tool" and self.tool_call_id is None:
+            raise missing("ChatMessage", "tool_call_id", self)
+        return self
+
     def text(self) -> str:
         """The message's text, with image parts left out."""
         if self.content is None:
@@ -62,7 +69,7 @@ class ChatMessage(RequestModel):
 class FunctionDefinition(RequestModel):
     name: str
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, JsonValue] | None = None
     strict: bool | None = None
 
 
@@ -86,7 +93,7 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 class JSONSchemaFormat(RequestModel):
     name: str = "response"
     description: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: dict[str, JsonValue] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
@@ -107,7 +114,7 @@ class ChatCompletionRequest(RequestModel):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
     n: int | None = Field(default=None, ge=1)

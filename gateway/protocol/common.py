@@ -12,7 +12,8 @@ import time
 import uuid
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic_core import InitErrorDetails
 
 T = TypeVar("T")
 
@@ -26,9 +27,23 @@ Omitted = Annotated[T | None, Field(exclude_if=_unset)]
 
 
 class RequestModel(BaseModel):
-    """Base of request bodies: unknown fields are kept (for pass-through) and never fail."""
+    """Base of request bodies: unknown fields are kept (for pass-through) and never fail.
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    Known fields are strict, as the published schemas type them: ``"16"`` is not an
+    integer nor ``"yes"`` a boolean (a JSON integer is still a number)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
+    # unknown fields are any JSON, nested no deeper than pydantic's JSON parser reads
+    # (a body of any size: the large-body decoder itself reads deeper)
+    __pydantic_extra__: dict[str, JsonValue] = Field(init=False)
+
+
+def missing(model: str, field: str, value: object) -> ValidationError:
+    """The error of a field a request needs in this case though the schema types it as
+    optional (a tool message's ``tool_call_id``): located at the field itself, so that the
+    400 names it."""
+    details = InitErrorDetails(type="missing", loc=(field,), input=value)
+    return ValidationError.from_exception_data(model, [details])
 
 
 class ResponseModel(BaseModel):

@@ -25,7 +25,7 @@ class CompletionRequest(RequestModel):
     echo: bool | None = False
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
-    logprobs: int | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=5)
     max_tokens: int | None = Field(default=16, ge=1)
     n: int | None = Field(default=None, ge=1)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)

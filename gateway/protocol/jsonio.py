@@ -33,9 +33,10 @@ def validate_json(model: type[M], data: bytes) -> M:
         return model.model_validate_json(data)
     try:
         decoded = _decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         # what msgspec refuses, pydantic parses again: its own error (or its looser
-        # reading, e.g. NaN) is the answer, as for a small body
+        # reading, e.g. NaN) is the answer, as for a small body; nesting too deep for
+        # msgspec is past pydantic's own depth limit, which stops early with its error
         return model.model_validate_json(data)
     return model.model_validate(decoded)
 

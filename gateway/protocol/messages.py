@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gateway.protocol.common import RequestModel, ResponseModel, new_id
 
@@ -32,7 +32,7 @@ class Block(RequestModel):
     source: ImageSource | None = None
     id: str | None = None
     name: str | None = None
-    input: dict[str, Any] | None = None
+    input: dict[str, JsonValue] | None = None
     tool_use_id: str | None = None
     content: str | list[Block] | None = None
     is_error: bool | None = None
@@ -51,7 +51,7 @@ class SystemBlock(RequestModel):
 class ToolParam(RequestModel):
     name: str = Field(min_length=1)
     description: str | None = None
-    input_schema: dict[str, Any] | None = None
+    input_schema: dict[str, JsonValue] | None = None
     type: str | None = None
 
 
@@ -74,7 +74,7 @@ class MessagesRequest(RequestModel):
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, JsonValue] | None = None
     stream: bool | None = False
 
     def system_text(self) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from gateway.protocol.common import Omitted, RequestModel, ResponseModel, new_id, now
 
@@ -23,7 +23,7 @@ class InputPart(RequestModel):
     type: str
     text: str | None = None
     image_url: str | None = None
-    detail: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
     file_id: str | None = None
 
 
@@ -48,7 +48,7 @@ class FunctionTool(RequestModel):
     type: str
     name: str | None = None
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, JsonValue] | None = None
     strict: bool | None = None
 
 
@@ -56,7 +56,7 @@ class TextFormat(RequestModel):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
     description: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: dict[str, JsonValue] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
@@ -65,7 +65,7 @@ class TextParam(RequestModel):
     verbosity: str | None = None
 
 
-ResponseToolChoice = Literal["none", "auto", "required"] | dict[str, Any]
+ResponseToolChoice = Literal["none", "auto", "required"] | dict[str, JsonValue]
 
 
 class ResponsesRequest(RequestModel):
@@ -80,6 +80,7 @@ class ResponsesRequest(RequestModel):
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     text: TextParam | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None

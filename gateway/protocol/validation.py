@@ -16,7 +16,8 @@ from gateway.errors import InvalidRequestError
 
 # The names pydantic-core gives the validators of plain types, as union tags. (Not every
 # such name: a request field may be called ``url`` or ``date``; tests check each model.)
-_TYPE_TAGS = frozenset({"any", "bool", "bytes", "float", "int", "none", "str"})
+_TYPE_TAGS = frozenset({"any", "bool", "bytes", "dict", "float", "int", "list", "none", "str"})
+_TOO_DEEP = frozenset({"recursion_depth_exceeded", "recursion_loop"})
 
 
 def is_type_tag(part: str) -> bool:
@@ -53,6 +54,8 @@ def request_error(exc: ValidationError) -> InvalidRequestError:
         )
     if first["type"] == "model_type" and not first["loc"]:
         return InvalidRequestError("The request body must be a JSON object.")
+    if first["type"] in _TOO_DEEP:
+        return _too_deep(first["loc"])
     error = _most_specific(errors)
     param = field_path(error["loc"])
     if param is None:  # a check of the request as a whole
@@ -60,6 +63,22 @@ def request_error(exc: ValidationError) -> InvalidRequestError:
     if error["type"] == "missing":
         return InvalidRequestError(f"Missing required parameter: '{param}'.", param=param)
     return InvalidRequestError(f"Invalid value for '{param}': {_said(errors, param)}", param=param)
+
+
+def _too_deep(loc: tuple[int | str, ...]) -> InvalidRequestError:
+    """Nesting past the depth any JSON here is read to: named at the field it starts in
+    (not at its innermost list, hundreds of levels down)."""
+    outer: tuple[int | str, ...] = ()
+    for part in loc:
+        if isinstance(part, str) and is_type_tag(part):
+            break
+        outer += (part,)
+    param = field_path(outer)
+    where = f"'{param}'" if param else "The request body"
+    return InvalidRequestError(
+        f"{where} is nested too deeply (lists and objects a few hundred levels deep).",
+        param=param,
+    )
 
 
 def _most_specific(errors: list[ErrorDetails]) -> ErrorDetails:

@@ -67,11 +67,23 @@ class Reservation:
 
 @dataclass(frozen=True)
 class Spend:
-    """Money spent in the current budget window; windows are aligned to the Unix epoch."""
+    """Money spent in the current budget window; windows are aligned to the Unix epoch.
+
+    ``held_usd`` is what requests in flight have reserved and not yet settled."""
 
     usd: float
     window_start: float
     window_end: float
+    held_usd: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hold:
+    """The outcome of :meth:`StateStore.spend_hold`: whether the hold was placed, and the
+    spend it was checked against (``held_usd`` includes it when placed)."""
+
+    allowed: bool
+    spend: Spend
 
 
 @dataclass
@@ -109,7 +121,27 @@ class StateStore(ABC):
 
     @abstractmethod
     async def spend_get(self, scope: str, window_s: int) -> Spend:
-        """Money spent by ``scope`` in the current window."""
+        """Money spent by ``scope`` in the current window, and what is held."""
+
+    @abstractmethod
+    async def spend_hold(
+        self,
+        scope: str,
+        window_s: int,
+        hold_id: str,
+        usd: float,
+        ttl_s: float,
+        *,
+        budget_usd: float | None = None,
+    ) -> Hold:
+        """Hold ``usd`` of ``scope``'s budget for a request in flight (replacing the hold
+        ``hold_id`` had). With ``budget_usd``, atomically refuse instead when what is spent
+        plus what other requests hold has reached it. A hold not settled lapses after
+        ``ttl_s`` seconds (its process died)."""
+
+    @abstractmethod
+    async def spend_settle(self, scope: str, window_s: int, hold_id: str, usd: float) -> Spend:
+        """Atomically drop the hold ``hold_id`` and add ``usd`` to the current window."""
 
     # -- virtual-key records (opaque JSON; the store knows no schema) ----------------------
     @abstractmethod

@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.state.base import (
+    Hold,
     LimitCheck,
     Reservation,
     Spend,
@@ -46,6 +47,7 @@ class MemoryStateStore(StateStore):
         self._max_cache = max_cache_entries
         self._tats: dict[str, float] = {}
         self._spend: dict[str, tuple[float, float]] = {}
+        self._holds: dict[str, dict[str, _Expiring]] = {}
         self._keys: dict[str, str] = {}
         self._ids: dict[str, str] = {}
         self._cache: OrderedDict[str, _Expiring] = OrderedDict()
@@ -72,17 +74,61 @@ class MemoryStateStore(StateStore):
                 self._tats[name] = tat
 
     async def spend_add(self, scope: str, window_s: int, usd: float) -> Spend:
-        start, end = window_bounds(self._clock(), window_s)
-        name = f"{check_scope(scope)}:spend:{window_s}"
-        window, total = self._spend.get(name, (start, 0.0))
-        total = (total if window == start else 0.0) + usd
-        self._spend[name] = (start, total)
-        return Spend(total, start, end)
+        return await self.spend_settle(scope, window_s, "", usd)
 
     async def spend_get(self, scope: str, window_s: int) -> Spend:
-        start, end = window_bounds(self._clock(), window_s)
-        window, total = self._spend.get(f"{check_scope(scope)}:spend:{window_s}", (start, 0.0))
-        return Spend(total if window == start else 0.0, start, end)
+        return self._spend_now(scope, window_s, "")
+
+    async def spend_hold(
+        self,
+        scope: str,
+        window_s: int,
+        hold_id: str,
+        usd: float,
+        ttl_s: float,
+        *,
+        budget_usd: float | None = None,
+    ) -> Hold:
+        spend = self._spend_now(scope, window_s, hold_id)
+        if budget_usd is not None and spend.usd + spend.held_usd >= budget_usd:
+            return Hold(False, spend)
+        holds = self._holds.setdefault(check_scope(scope), {})
+        holds[hold_id] = _Expiring(usd, self._clock() + ttl_s)
+        self._wrote()
+        return Hold(True, replace(spend, held_usd=spend.held_usd + usd))
+
+    async def spend_settle(self, scope: str, window_s: int, hold_id: str, usd: float) -> Spend:
+        spend = self._spend_now(scope, window_s, hold_id)
+        holds = self._holds.get(scope)
+        if holds is not None:
+            holds.pop(hold_id, None)
+            if not holds:
+                del self._holds[scope]
+        if usd:
+            total = spend.usd + usd
+            self._spend[_spend_key(scope, window_s)] = (spend.window_start, total)
+            spend = replace(spend, usd=total)
+        return spend
+
+    def _spend_now(self, scope: str, window_s: int, hold_id: str) -> Spend:
+        """The window's spend, and what holds other than ``hold_id`` keep (lapsed ones
+        dropped)."""
+        now = self._clock()
+        start, end = window_bounds(now, window_s)
+        window, total = self._spend.get(_spend_key(scope, window_s), (start, 0.0))
+        holds = self._live_holds(scope, now)
+        held = sum(float(e.value) for h, e in holds.items() if h != hold_id)
+        return Spend(total if window == start else 0.0, start, end, held)
+
+    def _live_holds(self, scope: str, now: float) -> dict[str, _Expiring]:
+        holds = self._holds.get(scope)
+        if holds is None:
+            return {}
+        for lapsed in [h for h, e in holds.items() if e.expires_at <= now]:
+            del holds[lapsed]
+        if not holds:
+            del self._holds[scope]
+        return holds
 
     async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
         self._keys[key_hash] = record
@@ -167,8 +213,14 @@ class MemoryStateStore(StateStore):
         now = self._clock()
         self._tats = {k: t for k, t in self._tats.items() if t > now}
         self._shared = {k: e for k, e in self._shared.items() if e.expires_at > now}
+        for scope in list(self._holds):
+            self._live_holds(scope, now)
         for key in [k for k, e in self._cache.items() if e.expires_at <= now]:
             del self._cache[key]
+
+
+def _spend_key(scope: str, window_s: int) -> str:
+    return f"{check_scope(scope)}:spend:{window_s}"
 
 
 def _limit_key(scope: str, check: LimitCheck) -> str:

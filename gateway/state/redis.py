@@ -33,6 +33,7 @@ from redis.exceptions import (
 )
 
 from gateway.state.base import (
+    Hold,
     LimitCheck,
     Reservation,
     Spend,
@@ -117,19 +118,50 @@ return 1
 """
 )
 
-# KEYS[1]: spend hash {start, usd}. ARGV: window_s, usd to add (0 reads).
-SPEND = """
+# KEYS: spend hash {start, usd}; holds hash {id: usd}; holds' lapse times (zset, us).
+# ARGV: window_s, usd to add, hold id ('' none), hold usd ('' drops it), hold ttl_ms,
+# budget ('' unchecked). Returns {allowed, spent, window start, held}.
+SPEND = (
+    _NOW_US
+    + """
 local w = tonumber(ARGV[1])
-local start = math.floor(tonumber(redis.call('TIME')[1]) / w) * w
-local s = string.format('%.0f', start)
-if redis.call('HGET', KEYS[1], 'start') ~= s then
-  if tonumber(ARGV[2]) == 0 then return {'0', s} end
-  redis.call('HSET', KEYS[1], 'start', s, 'usd', '0')
+local s = string.format('%.0f', math.floor(tonumber(t[1]) / w) * w)
+local spent = 0
+if redis.call('HGET', KEYS[1], 'start') == s then
+  spent = tonumber(redis.call('HGET', KEYS[1], 'usd'))
 end
-local total = redis.call('HINCRBYFLOAT', KEYS[1], 'usd', ARGV[2])
-redis.call('EXPIRE', KEYS[1], string.format('%.0f', 2 * w))
-return {total, s}
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+for _, id in ipairs(lapsed) do redis.call('HDEL', KEYS[2], id) end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local held, id = 0, ARGV[3]
+local holds = redis.call('HGETALL', KEYS[2])
+for i = 1, #holds, 2 do
+  if holds[i] ~= id then held = held + tonumber(holds[i + 1]) end
+end
+local function out(allowed)
+  return {allowed, string.format('%.17g', spent), s, string.format('%.17g', held)}
+end
+if ARGV[6] ~= '' and spent + held >= tonumber(ARGV[6]) then return out('0') end
+if id ~= '' and ARGV[4] == '' then
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+elseif id ~= '' then
+  redis.call('HSET', KEYS[2], id, ARGV[4])
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]) * 1000, id)
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  held = held + tonumber(ARGV[4])
+end
+if tonumber(ARGV[2]) ~= 0 then
+  if redis.call('HGET', KEYS[1], 'start') ~= s then
+    redis.call('HSET', KEYS[1], 'start', s, 'usd', '0')
+  end
+  spent = tonumber(redis.call('HINCRBYFLOAT', KEYS[1], 'usd', ARGV[2]))
+  redis.call('EXPIRE', KEYS[1], string.format('%.0f', 2 * w))
+end
+return out('1')
 """
+)
 
 # KEYS: record by hash, id -> hash, set of ids (all under the {keys} tag).
 KEY_PUT = """
@@ -205,10 +237,28 @@ class RedisStateStore(StateStore):
         await self._run(lambda: self._adjust(keys, args))
 
     async def spend_add(self, scope: str, window_s: int, usd: float) -> Spend:
-        return await self._spend_call(scope, window_s, usd)
+        return (await self._spend_call(scope, window_s, add=usd)).spend
 
     async def spend_get(self, scope: str, window_s: int) -> Spend:
-        return await self._spend_call(scope, window_s, 0.0)
+        return (await self._spend_call(scope, window_s)).spend
+
+    async def spend_hold(
+        self,
+        scope: str,
+        window_s: int,
+        hold_id: str,
+        usd: float,
+        ttl_s: float,
+        *,
+        budget_usd: float | None = None,
+    ) -> Hold:
+        ttl_ms = max(1, round(ttl_s * 1000))
+        hold = (hold_id, repr(usd), str(ttl_ms), "" if budget_usd is None else repr(budget_usd))
+        return await self._spend_call(scope, window_s, hold=hold)
+
+    async def spend_settle(self, scope: str, window_s: int, hold_id: str, usd: float) -> Spend:
+        hold = (hold_id, "", "0", "")
+        return (await self._spend_call(scope, window_s, add=usd, hold=hold)).spend
 
     async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
         keys = [self._record_key(key_hash), self._id_key(key_id), self._ids_key()]
@@ -272,11 +322,22 @@ class RedisStateStore(StateStore):
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def _spend_call(self, scope: str, window_s: int, usd: float) -> Spend:
-        key = f"{self._prefix}:{{{check_scope(scope)}}}:spend:{window_s}"
-        raw: list[bytes] = await self._run(lambda: self._spend([key], [window_s, repr(usd)]))
-        start = float(raw[1])
-        return Spend(float(raw[0]), start, start + window_s)
+    async def _spend_call(
+        self,
+        scope: str,
+        window_s: int,
+        *,
+        add: float = 0.0,
+        hold: tuple[str, str, str, str] = ("", "", "0", ""),
+    ) -> Hold:
+        """One run of :data:`SPEND`; ``hold`` is (id, usd or '' to drop, ttl_ms, budget)."""
+        tag = f"{self._prefix}:{{{check_scope(scope)}}}"
+        keys = [f"{tag}:spend:{window_s}", f"{tag}:holds", f"{tag}:holds:lapse"]
+        args = [str(window_s), repr(add), *hold]
+        raw: list[bytes] = await self._run(lambda: self._spend(keys, args))
+        start = float(raw[2])
+        spend = Spend(float(raw[1]), start, start + window_s, float(raw[3]))
+        return Hold(raw[0] == b"1", spend)
 
     async def _run(self, operation: Callable[[], Awaitable[T]]) -> T:
         """Run one Redis operation, mapping outages to :class:`StateUnavailable`."""

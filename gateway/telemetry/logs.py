@@ -1,12 +1,50 @@
-"""structlog setup: JSON lines when not on a terminal, readable lines on one."""
+"""structlog setup: JSON lines when not on a terminal, readable lines on one.
+
+Every record reaches the stream whole, in one ``write()`` of the line with its newline on
+the stream's file descriptor (:class:`WholeRecords`): with ``serve --workers N`` every
+worker writes to the same stream, and a record written in parts (``print`` writes the text
+and the newline separately when the stream is unbuffered, as ``PYTHONUNBUFFERED`` makes
+it) lets another worker's record land in the middle of the line.
+"""
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
+
+
+class WholeRecords:
+    """A text stream for log records that writes each ``write()`` call's text in one
+    system call (looping only on a partial write), bypassing the stream's own buffer.
+
+    A stream without a file descriptor (a test's capture) is written and flushed as is."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        try:
+            self._fd: int | None = stream.fileno()
+        except (OSError, ValueError, io.UnsupportedOperation):
+            self._fd = None
+
+    def write(self, text: str) -> int:
+        if self._fd is None:
+            self.stream.write(text)
+            self.stream.flush()
+            return len(text)
+        data = text.encode("utf-8", "backslashreplace")
+        self.stream.flush()  # whatever else was printed goes first, in order
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        return len(text)
+
+    def flush(self) -> None:
+        return None
 
 
 def configure_logging(level: str = "info", json_logs: bool | None = None) -> None:
@@ -21,13 +59,15 @@ def configure_logging(level: str = "info", json_logs: bool | None = None) -> Non
         structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
     )
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    records = WholeRecords(sys.stderr)
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        # WriteLogger writes the message and its newline in one call
+        logger_factory=structlog.WriteLoggerFactory(records),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(records)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],

@@ -18,8 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 _VALID_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
-# version-trace_id-parent_id-flags; a later version may append fields after a dash
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\Z")
+# version-trace_id-parent_id-flags: the 55 characters of version 00. A later version may
+# append fields after a dash; only these four are read (W3C), whatever follows
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_TRACEPARENT_LEN = 55
 _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
 MAX_TRACESTATE = 512  # the W3C limit a participant must propagate
@@ -73,8 +75,7 @@ def read_incoming(headers: Iterable[tuple[bytes, bytes]]) -> Incoming:
             text = value.decode("latin-1")
             found.request_id = text if _VALID_ID.match(text) else None
         elif name == b"traceparent":
-            text = value.decode("latin-1").strip()
-            found.traceparent = text if valid_traceparent(text) else None
+            found.traceparent = continued_traceparent(value.strip())
         elif name == b"tracestate":
             found.tracestate = _printable(value, MAX_TRACESTATE, found.tracestate)
         elif name == b"baggage":
@@ -84,15 +85,30 @@ def read_incoming(headers: Iterable[tuple[bytes, bytes]]) -> Incoming:
     return found
 
 
+def continued_traceparent(value: bytes) -> str | None:
+    """The version-00 ``traceparent`` to continue from a client's header, or ``None``.
+
+    A later version is read as W3C says: its first four fields only, the rest neither
+    parsed nor kept, and carried on as version 00 with the sampled flag alone; so what
+    goes upstream is 55 characters, whatever the client sent."""
+    head = value[: _TRACEPARENT_LEN + 1].decode("latin-1")
+    match = _TRACEPARENT.match(head)
+    if match is None:
+        return None
+    version, trace_id, span_id, flags = match.groups()
+    after = head[_TRACEPARENT_LEN:]
+    if version == "ff" or (version == "00" and len(value) != _TRACEPARENT_LEN):
+        return None
+    if after not in ("", "-") or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+        return None
+    if version != "00":
+        flags = f"{int(flags, 16) & 1:02x}"
+    return f"00-{trace_id}-{span_id}-{flags}"
+
+
 def valid_traceparent(value: str) -> bool:
     """Whether ``value`` is a ``traceparent`` to continue (W3C Trace Context, level 1)."""
-    match = _TRACEPARENT.match(value)
-    if match is None:
-        return False
-    version, trace_id, span_id, _, rest = match.groups()
-    if version == "ff" or (version == "00" and rest is not None):
-        return False
-    return trace_id != _ZERO_TRACE and span_id != _ZERO_SPAN
+    return continued_traceparent(value.encode("latin-1", "replace")) is not None
 
 
 def traceparent(trace_id: int, span_id: int, flags: int) -> str:

@@ -165,6 +165,16 @@ def test_depends_on_waits_for_healthy_services(services: dict[str, dict[str, Any
     assert "prometheus" in services["grafana"]["depends_on"]
 
 
+def test_redis_persists_to_an_append_only_file_on_a_volume(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    redis = services["redis"]
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command and "--appendfsync everysec" in command
+    volume, _, target = redis["volumes"][0].partition(":")
+    assert target == "/data" and volume in compose["volumes"]  # a named volume, kept
+
+
 def test_gpu_profile_reserves_an_nvidia_gpu(services: dict[str, dict[str, Any]]) -> None:
     gpu = services["gateway-gpu"]
     assert gpu["profiles"] == ["gpu"]

@@ -240,6 +240,21 @@ def test_gpu_variant() -> None:
 
 
 @pytest.mark.parametrize("name", BUILDS)
+def test_redis_persists_to_an_append_only_file_on_a_claim(name: str) -> None:
+    redis = find(name, "Deployment", "shunter-redis")["spec"]["template"]["spec"]
+    (container,) = redis["containers"]
+    args = " ".join(container["args"])
+    assert "--appendonly yes" in args and "--appendfsync everysec" in args
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in redis["volumes"]}
+    (data,) = (volume for volume, path in mounts.items() if path == "/data")
+    assert set(volumes[data]) == {"name", "persistentVolumeClaim"}  # not an emptyDir
+    claim = find(name, "PersistentVolumeClaim", volumes[data]["persistentVolumeClaim"]["claimName"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["spec"]["resources"]["requests"]["storage"]
+
+
+@pytest.mark.parametrize("name", BUILDS)
 def test_api_keys_come_from_a_secret(name: str) -> None:
     container = gateway_container(name)
     # required: without a master key the gateway runs in open mode, on loopback only

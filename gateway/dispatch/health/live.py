@@ -54,7 +54,10 @@ class DeploymentTracker:
     error_rate: float = 0.0
     in_flight: int = 0
     prefill_backlog_tokens: int = 0
-    _departures: deque[float] = field(default_factory=deque)
+    _departures: deque[list[int]] = field(default_factory=deque)
+    """Successful requests per whole second of the last ``WINDOW_S``, as ``[second,
+    count]``: trimmed on every write, so its size holds at any request rate."""
+    _departed: int = 0
     peers: list[dict[str, float | None]] = field(default_factory=list)
     """Other replicas' averages of this deployment (ewma_ttft_ms, ewma_itl_ms, ...)."""
     _last: tuple[tuple[object, ...], LiveFigures] | None = field(default=None, repr=False)
@@ -85,7 +88,20 @@ class DeploymentTracker:
         if attempt.first_token_at is not None and completion_tokens and completion_tokens > 1:
             itl = (now - attempt.first_token_at) * 1000 / (completion_tokens - 1)
             self.ewma_itl_ms = _ewma(self.ewma_itl_ms, itl)
-        self._departures.append(now)
+        self._depart(now)
+
+    def _depart(self, now: float) -> None:
+        second = int(now)
+        if self._departures and self._departures[-1][0] == second:
+            self._departures[-1][1] += 1
+        else:
+            self._departures.append([second, 1])
+        self._departed += 1
+        self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        while self._departures and now - self._departures[0][0] > WINDOW_S:
+            self._departed -= self._departures.popleft()[1]
 
     def averages(self) -> dict[str, float | None]:
         """What this replica shares with the others."""
@@ -100,9 +116,7 @@ class DeploymentTracker:
         return sum(values) / len(values) if values else None
 
     def figures(self, engine: LiveStats) -> LiveFigures:
-        now = self.clock()
-        while self._departures and now - self._departures[0] > WINDOW_S:
-            self._departures.popleft()
+        self._trim(self.clock())
         inputs = (
             self.ewma_ttft_ms,
             self.ewma_itl_ms,
@@ -110,7 +124,7 @@ class DeploymentTracker:
             self.error_rate,
             self.in_flight,
             self.prefill_backlog_tokens,
-            len(self._departures),
+            self._departed,
             self.peers,
             engine,
         )
@@ -121,7 +135,7 @@ class DeploymentTracker:
             ewma_ttft_ms=self._blend("ewma_ttft_ms", self.ewma_ttft_ms),
             ewma_itl_ms=self._blend("ewma_itl_ms", self.ewma_itl_ms),
             ewma_service_ms=self._blend("ewma_service_ms", self.ewma_service_ms),
-            departures_per_s=len(self._departures) / WINDOW_S if self._departures else None,
+            departures_per_s=self._departed / WINDOW_S if self._departed else None,
             error_rate=self.error_rate,
             in_flight=max(self.in_flight, engine.in_flight),
             queue_depth=engine.queue_depth,

@@ -274,7 +274,6 @@ def test_tool_conversation_merges_turns() -> None:
         {"logprobs": True},
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
         {"messages": [{"role": "assistant", "tool_calls": [call("c", "[1")]}]},
-        {"messages": [{"role": "tool", "content": "no id"}]},
     ],
 )
 def test_refused_requests(extra: dict[str, Any]) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from backends.base import Price
 from gateway.admission.admit import Admission, AdmissionTicket, RequestFacts
 from gateway.admission.keys import KeyRing
 from gateway.admission.limits import Budgets, DeploymentLimitedError, Limiter, RateLimit
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, ModelRoute
 from gateway.errors import AuthenticationError, RateLimitError
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, Usage
 from gateway.state import MemoryStateStore, StateStore
@@ -16,9 +18,23 @@ from gateway.state import MemoryStateStore, StateStore
 PRICES = {"gpu-a": Price(input_per_1m=1.0, output_per_1m=3.0), "gpu-b": None}
 
 
+ROUTES = {
+    "tiny": ModelRoute(candidates=["gpu-a", "gpu-b"]),
+    "free": ModelRoute(candidates=["gpu-b"]),
+    "cascade": ModelRoute.model_validate(
+        {"candidates": ["gpu-b", "gpu-a", "gpu-a"], "cascade": {"min_confidence": 0.5}}
+    ),
+}
+
+
 def admission(store: StateStore, **limits: RateLimit) -> Admission:
     return Admission(
-        KeyRing(store), Limiter(store), Budgets(store), prices=PRICES, deployment_limits=limits
+        KeyRing(store),
+        Limiter(store),
+        Budgets(store),
+        prices=PRICES,
+        routes=ROUTES,
+        deployment_limits=limits,
     )
 
 
@@ -164,3 +180,49 @@ async def test_an_explicit_cost_wins_and_a_reloaded_config_updates_prices() -> N
     assert (await store.spend_get(f"key:{record.id}", 3600)).usd == pytest.approx(0.5)
     gate.apply(_config())
     assert gate.prices == {"a": Price(input_per_1m=2.0)}
+
+
+async def test_concurrent_requests_hold_their_worst_case_before_they_run(
+    store: StateStore,
+) -> None:
+    gate = admission(store)
+    # worst case at gpu-a (the dearer candidate): 100 prompt + 50 output = $0.00025
+    secret, record = await gate.keys.create("ci", budget_usd=0.0006)
+    outcomes = await asyncio.gather(
+        *(gate.admit(facts(secret)) for _ in range(10)), return_exceptions=True
+    )
+    admitted = [t for t in outcomes if isinstance(t, AdmissionTicket)]
+    assert len(admitted) == 3  # held 0, 0.00025, 0.0005: each under the budget
+    refused = [e for e in outcomes if isinstance(e, RateLimitError)]
+    assert len(refused) == 7 and all(e.should_retry for e in refused)
+    assert "held by requests in flight" in refused[0].message
+    for ticket in admitted:
+        await gate.admit_deployment(ticket, "gpu-a")
+        await gate.settle(ticket, Usage.of(100, 50))
+    spend = await store.spend_get(f"key:{record.id}", record.budget_window_s)
+    assert (spend.usd, spend.held_usd) == pytest.approx((0.00075, 0))
+    with pytest.raises(RateLimitError) as caught:
+        await gate.admit(facts(secret))
+    assert caught.value.code == "insufficient_quota"
+
+
+async def test_a_request_that_fails_or_is_refused_gives_its_hold_back() -> None:
+    store = MemoryStateStore()
+    gate = admission(store)
+    secret, record = await gate.keys.create("ci", rpm=1, budget_usd=1.0)
+    scope, window = f"key:{record.id}", record.budget_window_s
+    ticket = await gate.admit(facts(secret))
+    assert (await store.spend_get(scope, window)).held_usd == pytest.approx(0.00025)
+    await gate.settle(ticket, None)  # failed upstream: nothing charged, the request counts
+    assert (await store.spend_get(scope, window)).held_usd == 0
+    with pytest.raises(RateLimitError):  # the RPM limit refuses after the hold was taken
+        await gate.admit(facts(secret))
+    assert (await store.spend_get(scope, window)).held_usd == 0
+
+
+async def test_the_worst_case_of_a_cascade_counts_every_candidate() -> None:
+    gate = admission(MemoryStateStore())
+    assert gate.worst_case_usd("tiny", 100, 50) == pytest.approx(0.00025)
+    assert gate.worst_case_usd("cascade", 100, 50) == pytest.approx(0.0005)
+    assert gate.worst_case_usd("free", 100, 50) == 0
+    assert gate.worst_case_usd("unknown", 100, 50) == 0

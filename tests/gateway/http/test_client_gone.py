@@ -114,6 +114,20 @@ def test_a_client_that_hangs_up_cancels_the_upstream_call(
     assert gone["status"] == 499
 
 
+def test_a_client_that_leaves_a_started_stream_is_logged_499(
+    gateway: Server, upstreams: tuple[FaultUpstream, LeakyUpstream]
+) -> None:
+    fault, _ = upstreams
+    body = {"model": "m", "messages": HELLO, "stream": True, "x_fault": "slow:300"}
+    sock = post_raw(gateway, body)
+    assert b"200 OK" in sock.recv(65536)  # the answer has begun: its status is sent
+    sock.close()
+    assert fault.last().wait_closed(timeout=15.0)
+    assert eventually(lambda: access_lines(gateway)[-1].get("client_gone") == "disconnected")
+    line = access_lines(gateway)[-1]
+    assert (line["status"], line["stream"]) == (499, True)
+
+
 def test_an_unread_stream_is_cancelled_after_the_send_timeout(
     gateway: Server, upstreams: tuple[FaultUpstream, LeakyUpstream]
 ) -> None:
@@ -130,6 +144,8 @@ def test_an_unread_stream_is_cancelled_after_the_send_timeout(
         assert eventually(
             lambda: any(line.get("client_gone") == "send_timeout" for line in access_lines(gateway))
         )
+        timed_out = [line for line in access_lines(gateway) if line.get("client_gone")][-1]
+        assert timed_out["status"] == 499
     finally:
         sock.close()
     # the gateway still serves others

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -111,6 +113,23 @@ def test_a_budget_is_spent_once_across_workers(redis: RedisServer, workers: Serv
     # while the spend so far is under it, and not one more
     costs = [r.json()["usage"]["completion_tokens"] * 0.05 for r in responses[:served]]
     assert sum(costs[:-1]) < 2.5 <= sum(costs)
+
+
+def test_every_log_record_of_every_worker_is_a_line_of_its_own(workers: Server) -> None:
+    async def burst() -> None:
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+            url = f"{workers.api}/chat/completions"
+            body = {"model": "m", "messages": HELLO}
+            headers = {"authorization": f"Bearer {MASTER}"}
+            await asyncio.gather(
+                *(client.post(url, json=body, headers=headers) for _ in range(150))
+            )
+
+    asyncio.run(burst())
+    lines = [line for line in workers.log().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # two records on one line do not parse
+    assert sum(r.get("key_id") == "master" for r in records) >= 150
 
 
 def test_a_killed_worker_is_replaced(workers: Server) -> None:

@@ -75,6 +75,43 @@ async def test_spend_adds_up_per_scope_and_window(store: StateStore) -> None:
     assert (await store.spend_add("key:c", 86400, 1e-7)).usd == pytest.approx(1e-7)
 
 
+async def test_holds_count_against_a_budget_until_settled(store: StateStore) -> None:
+    await store.spend_add("key:a", 86400, 0.25)
+    first = await store.spend_hold("key:a", 86400, "r1", 0.5, 60, budget_usd=1.0)
+    assert first.allowed and first.spend.held_usd == pytest.approx(0.5)
+    # 0.25 spent + 0.5 held is under 1.0: one more gets in, and takes the budget past it
+    second = await store.spend_hold("key:a", 86400, "r2", 0.5, 60, budget_usd=1.0)
+    assert second.allowed and second.spend.held_usd == pytest.approx(1.0)
+    third = await store.spend_hold("key:a", 86400, "r3", 0.01, 60, budget_usd=1.0)
+    assert not third.allowed
+    assert (third.spend.usd, third.spend.held_usd) == pytest.approx((0.25, 1.0))
+    # settling drops the hold and adds the real cost, in one step
+    spend = await store.spend_settle("key:a", 86400, "r1", 0.1)
+    assert (spend.usd, spend.held_usd) == pytest.approx((0.35, 0.5))
+    assert (await store.spend_get("key:a", 86400)).held_usd == pytest.approx(0.5)
+    # a hold replaced (the request moved to another deployment) is not counted twice
+    await store.spend_hold("key:a", 86400, "r2", 0.2, 60)
+    assert (await store.spend_get("key:a", 86400)).held_usd == pytest.approx(0.2)
+    await store.spend_settle("key:a", 86400, "r2", 0.0)
+    assert (await store.spend_get("key:a", 86400)).held_usd == 0
+    assert (await store.spend_get("key:b", 86400)).held_usd == 0
+
+
+async def test_a_hold_never_settled_lapses(store: StateStore) -> None:
+    assert (await store.spend_hold("key:a", 3600, "r1", 5.0, 0.15, budget_usd=1.0)).allowed
+    assert not (await store.spend_hold("key:a", 3600, "r2", 0.1, 60, budget_usd=1.0)).allowed
+    await asyncio.sleep(0.25)  # its process died: the budget is not held forever
+    assert (await store.spend_hold("key:a", 3600, "r2", 0.1, 60, budget_usd=1.0)).allowed
+    assert (await store.spend_get("key:a", 3600)).held_usd == pytest.approx(0.1)
+
+
+async def test_concurrent_holds_are_atomic(store: StateStore) -> None:
+    holds = await asyncio.gather(
+        *(store.spend_hold("key:a", 3600, f"r{i}", 0.3, 60, budget_usd=1.0) for i in range(20))
+    )
+    assert sum(h.allowed for h in holds) == 4  # 0, 0.3, 0.6, 0.9 are under 1.0
+
+
 async def test_key_records_by_hash_and_id(store: StateStore) -> None:
     assert await store.key_count() == 0
     assert await store.key_list() == []

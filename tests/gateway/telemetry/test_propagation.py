@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.telemetry.propagation import read_incoming, valid_traceparent
+from gateway.telemetry.propagation import (
+    continued_traceparent,
+    read_incoming,
+    valid_traceparent,
+)
 from gateway.telemetry.tracing import deciding_step
 from policies import Candidate, CandidateFacts, Policy, Pricing, RequestFacts
 
@@ -22,10 +26,22 @@ GOOD = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         ("00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01", False),
         ("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01", False),
         ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331", False),
+        ("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01x", False),
+        ("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-09", True),
     ],
 )
 def test_traceparent_validity(value: str, valid: bool) -> None:
     assert valid_traceparent(value) is valid
+
+
+def test_a_later_version_is_carried_on_as_version_00_without_its_other_fields() -> None:
+    later = b"cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0b-" + b"x" * 50_000
+    expected = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert continued_traceparent(later) == expected
+    found = read_incoming([(b"traceparent", later), (b"tracestate", b"a=1")])
+    assert found.passed_through("r")["traceparent"] == expected
+    assert found.tracestate == "a=1"
+    assert continued_traceparent(GOOD.encode()) == GOOD
 
 
 def test_headers_are_read_in_one_pass() -> None:

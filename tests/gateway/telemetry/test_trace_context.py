@@ -256,6 +256,17 @@ def test_without_a_client_context_the_upstream_still_gets_the_request_id(
     assert "traceparent" not in sent and "tracestate" not in sent
 
 
+def test_a_later_version_traceparent_goes_upstream_as_its_four_known_fields(
+    untraced: Server, upstream: FaultUpstream
+) -> None:
+    later = f"cc-{TRACE_ID}-b7ad6b7169203331-01-" + "x" * 50_000
+    headers = {"traceparent": later, "x-request-id": "req-e2e-later"}
+    answer = httpx.post(f"{untraced.api}/chat/completions", json=BODY, headers=headers)
+    assert answer.status_code == 200
+    (sent,) = _sent(upstream, "req-e2e-later")
+    assert sent["traceparent"] == f"00-{TRACE_ID}-b7ad6b7169203331-01"
+
+
 def _sent_to_anthropic(anthropic: AnthropicUpstream, request_id: str) -> list[dict[str, str]]:
     return [r.headers for r in anthropic.requests if r.headers.get("x-request-id") == request_id]
 

@@ -1,0 +1,54 @@
+"""Live figures per deployment: what routing reads, and what they cost to keep."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from backends.base import LiveStats
+from gateway.dispatch.health.live import WINDOW_S, DeploymentTracker
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def serve(tracker: DeploymentTracker, clock: Clock, requests: int, per_s: float) -> None:
+    for _ in range(requests):
+        attempt = tracker.begin(10)
+        clock.now += 1 / per_s
+        attempt.first_token()
+        attempt.finish(5)
+
+
+def test_departures_count_the_last_window() -> None:
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    serve(tracker, clock, 300, per_s=10)  # 30 s at 10 a second
+    rate = tracker.figures(LiveStats()).departures_per_s
+    assert rate == pytest.approx(10, rel=0.05)
+    clock.now += 2 * WINDOW_S
+    assert tracker.figures(LiveStats()).departures_per_s is None
+
+
+def test_what_is_kept_per_deployment_does_not_grow_with_traffic() -> None:
+    """Nothing reads the figures here (the default policy never does): what the tracker
+    keeps must still stay the same size at any request rate and count."""
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    serve(tracker, clock, 2_000, per_s=1_000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        serve(tracker, clock, 100_000, per_s=1_000)  # 100 s of traffic
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    assert grown < 16_000  # a request a second of bookkeeping would be ~3 MB here
+    assert tracker.figures(LiveStats()).departures_per_s == pytest.approx(1_000, rel=0.05)
