@@ -142,6 +142,11 @@ class ResponsesSettings(BaseModel):
         gt=0,
         description="stored responses one replica keeps, oldest dropped first (e.g. 256MiB)",
     )
+    hosted_tools: Literal["drop", "refuse"] = Field(
+        default="drop",
+        description="tools only OpenAI runs (web_search...): left out and named in the "
+        "x-shunter-dropped header (drop), or a 400 (refuse)",
+    )
 
 
 _ORIGIN = re.compile(r"^https?://[^/\s]+$")
@@ -153,6 +158,7 @@ EXPOSED_HEADERS = (
     "x-shunter-cascade-usage",
     "x-shunter-upstream-model",
     "x-shunter-token-count",
+    "x-shunter-dropped",
     "retry-after",
     "x-ratelimit-limit-requests",
     "x-ratelimit-remaining-requests",

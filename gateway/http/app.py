@@ -139,6 +139,7 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
         responses=ResponseStore(store, config.responses.ttl_s, int(config.responses.max_bytes)),
         send_timeout_s=config.http.send_timeout_s,
         protect_ops=config.http.protect_ops,
+        hosted_tools=config.responses.hosted_tools,
     )
 
 
@@ -147,6 +148,7 @@ def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.cache.rules = _cache_rules(config)
     services.responses.ttl_s = config.responses.ttl_s
     services.responses.max_bytes = int(config.responses.max_bytes)
+    services.hosted_tools = config.responses.hosted_tools
     services.send_timeout_s = config.http.send_timeout_s
     services.protect_ops = config.http.protect_ops
 

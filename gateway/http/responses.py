@@ -29,6 +29,7 @@ from gateway.http.endpoint import Endpoint
 from gateway.http.intake import Services, json_response, parse_body
 from gateway.http.serving import handle
 from gateway.ingress.response_events import ResponseEvents
+from gateway.ingress.response_tools import tool_map
 from gateway.ingress.responses import (
     ResponsesCall,
     completed,
@@ -65,7 +66,13 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
                 body.previous_response_id, key.id, param="previous_response_id"
             )
             call.history = record["messages"]
-        call.chat, call.turn = to_chat(body, call.history)
+        call.tools = tool_map(body.tools, body.input, services.hosted_tools)
+        call.chat, call.turn = to_chat(body, call.history, call.tools)
+
+    def headers(self, call: ResponsesCall) -> dict[str, str]:
+        """``x-shunter-dropped``: the hosted tools left out of the request, if any."""
+        dropped = call.tools.dropped
+        return {"x-shunter-dropped": ", ".join(dropped)} if dropped else {}
 
     def request(self, call: ResponsesCall) -> ChatCompletionRequest:
         return call.chat_request()
@@ -157,7 +164,11 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
     given: Any = body.input
     if not isinstance(given, str):
         given = [item.model_dump(mode="json", exclude_none=True) for item in given]
-    messages = [*call.history, *dump_messages(call.turn), *output_messages(response.output)]
+    messages = [
+        *call.history,
+        *dump_messages(call.turn),
+        *output_messages(response.output, call.tools),
+    ]
     owner, inputs = json.dumps(call.owner), json.dumps(given, ensure_ascii=False)
     said = data if data is not None else response.model_dump_json()
     turns = json.dumps(messages, ensure_ascii=False)

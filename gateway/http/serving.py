@@ -55,7 +55,7 @@ async def handle(
     await endpoint.prepare(services, arrival.key, body)
     arrival.facts.update(model=body.model, stream=bool(body.stream))
     ticket = await services.admission.admit(endpoint.facts(body), arrival.key)
-    admitted = Admitted(arrival, ticket)
+    admitted = Admitted(arrival, ticket, endpoint.headers(body))
 
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
@@ -67,13 +67,16 @@ class Admitted:
     """One admitted request on its way through dispatch: what settles it and what its
     log line says."""
 
-    def __init__(self, arrival: Arrival, ticket: AdmissionTicket) -> None:
+    def __init__(
+        self, arrival: Arrival, ticket: AdmissionTicket, own: dict[str, str] | None = None
+    ) -> None:
         self.gateway: Gateway = arrival.gateway
         self.services = arrival.services
         self.admission: Admission = arrival.services.admission
         self.ticket = ticket
         self.facts = arrival.facts
         self.request_id = arrival.request_id
+        self.own_headers = own or {}
 
     async def admit(self, deployment: str) -> None:
         """Take the deployment's own limits before it is tried."""
@@ -85,8 +88,9 @@ class Admitted:
         self.facts.update(bill.facts)
 
     def headers(self, routed: dict[str, str]) -> dict[str, str]:
-        """``routed``'s headers, then admission's (remaining limits, spend)."""
-        return {**routed, **self.admission.headers(self.ticket)}
+        """``routed``'s headers, then admission's (remaining limits, spend), then the
+        endpoint's own for this request."""
+        return {**routed, **self.admission.headers(self.ticket), **self.own_headers}
 
 
 async def respond(

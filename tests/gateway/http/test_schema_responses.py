@@ -109,6 +109,17 @@ def events(text: str) -> list[tuple[str, Any]]:
     return out
 
 
+def event_violations(name: str, data: dict[str, Any]) -> list[str]:
+    """``violations`` of an event; a response still running says ``usage: null``, as
+    OpenAI's own streams do, though its published schema leaves the ``null`` out."""
+    response = data.get("response")
+    if isinstance(response, dict) and response.get("status") in ("in_progress", "failed"):
+        assert "usage" in response
+        kept = {k: v for k, v in response.items() if k != "usage" or v is not None}
+        data = {**data, "response": kept}
+    return violations(SCHEMAS[name], data)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_responses_and_their_events_validate(http: httpx.Client, case: str) -> None:
     body = {"model": "tiny", **CASES[case]}
@@ -123,7 +134,7 @@ def test_responses_and_their_events_validate(http: httpx.Client, case: str) -> N
     seen = events(streamed.text)
     for name, data in seen:
         assert data["type"] == name
-        assert violations(SCHEMAS[name], data) == [], data
+        assert event_violations(name, data) == [], data
     assert [data["sequence_number"] for _, data in seen] == list(range(len(seen)))
     assert seen[0][0] == "response.created" and seen[1][0] == "response.in_progress"
     final = seen[-1][1]["response"]
@@ -144,7 +155,7 @@ def test_a_stream_that_fails_after_its_first_byte_says_so_in_band(http: httpx.Cl
     assert answer.status_code == 200
     seen = events(answer.text)
     for name, data in seen:
-        assert violations(SCHEMAS[name], data) == [], data
+        assert event_violations(name, data) == [], data
     assert [name for name, _ in seen[-2:]] == ["error", "response.failed"]
     failed = seen[-1][1]["response"]
     assert failed["status"] == "failed" and failed["error"]["code"] == "server_error"
