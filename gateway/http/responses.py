@@ -23,7 +23,7 @@ from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
 from gateway.admission.keys import KeyInfo
 from gateway.dispatch import ServedStream
-from gateway.errors import GatewayError
+from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.http.asgi import JSONBody
 from gateway.http.endpoint import Endpoint
 from gateway.http.intake import Services, json_response, parse_body
@@ -115,7 +115,15 @@ RESPONSES = ResponsesEndpoint()
 
 @asgi("/v1/responses", copy_scope=False)
 async def responses(scope: Scope, receive: Receive, send: Send) -> None:
-    await handle(scope, receive, send, RESPONSES)
+    try:
+        await handle(scope, receive, send, RESPONSES)
+    except ContextLengthExceededError as exc:
+        # the request path names chat's fields; a Responses client sent these
+        exc.param = _RESPONSES_PARAM.get(exc.param or "messages", exc.param)
+        raise
+
+
+_RESPONSES_PARAM = {"messages": "input", "max_tokens": "max_output_tokens"}
 
 
 @get("/v1/responses/{response_id:str}")

@@ -67,7 +67,8 @@ def upstream() -> Iterator[ScriptedUpstream]:
 def _serve(folder: Path, upstream: ScriptedUpstream, hosted: str) -> Server:
     (folder / "config.yaml").write_text(
         "deployments:\n"
-        f"  - {{name: up, backend: openai, base_url: '{upstream.url}', model: scripted}}\n"
+        f"  - {{name: up, backend: openai, base_url: '{upstream.url}', model: scripted,"
+        " context_length: 4096}\n"
         "models:\n"
         "  codex: {candidates: [up]}\n"
         f"responses: {{hosted_tools: {hosted}}}\n"
@@ -232,4 +233,12 @@ def test_hosted_tools_are_refused_under_the_refuse_setting(
     finally:
         stop_server(server)
     assert refused.value.param == "tools[1].type"
+    assert upstream.bodies == []
+
+
+def test_a_prompt_too_long_names_the_input(sdk: OpenAI, upstream: ScriptedUpstream) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.responses.create(model="codex", input="word " * 20_000)
+    assert refused.value.code == "context_length_exceeded"
+    assert refused.value.param == "input"
     assert upstream.bodies == []
