@@ -8,9 +8,10 @@ become one assistant message with several ``tool_calls``) and their outputs (``t
 messages). ``tools`` (:mod:`gateway.ingress.response_tools`), ``tool_choice``,
 ``parallel_tool_calls``, ``max_output_tokens``, ``temperature``, ``top_p``,
 ``presence_penalty``, ``frequency_penalty``, ``reasoning.effort`` (→ ``reasoning_effort``),
-``text.format`` (→ ``response_format``), ``user``, ``safety_identifier``,
-``prompt_cache_key`` and ``service_tier`` map one to one; ``reasoning`` items carry nothing
-a chat model can use and are skipped. ``background`` and ``conversation`` are refused.
+``text.format`` (→ ``response_format``), ``text.verbosity`` (→ ``verbosity``), ``user``,
+``safety_identifier``, ``prompt_cache_key`` and ``service_tier`` map one to one;
+``reasoning`` items carry nothing a chat model can use and are skipped. ``background`` and
+``conversation`` are refused.
 
 Answer (chat → Responses): the upstream's reasoning (``reasoning_content``) becomes a
 ``reasoning`` item, text one ``message`` output item, each tool call a ``function_call``
@@ -128,6 +129,8 @@ def to_chat(
     fmt = body.text.format if body.text is not None else None
     if fmt is not None and fmt.type != "text":
         fields["response_format"] = _response_format(fmt.model_dump(by_alias=True))
+    if body.text is not None and body.text.verbosity is not None:
+        fields["verbosity"] = body.text.verbosity
     extras = {k: v for k, v in (body.model_extra or {}).items() if k in _EXTRAS}
     return ChatCompletionRequest(**fields, **extras), turn
 

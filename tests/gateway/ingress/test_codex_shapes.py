@@ -103,6 +103,7 @@ def test_codex_tools_reach_a_chat_upstream_and_calls_come_back_in_their_shapes(
         input=given,
         tools=CODEX_TOOLS,
         reasoning={"effort": "high"},
+        text={"verbosity": "low"},
         store=False,
     )
     assert raw.headers["x-shunter-dropped"] == "tools[1]=web_search"
@@ -111,7 +112,7 @@ def test_codex_tools_reach_a_chat_upstream_and_calls_come_back_in_their_shapes(
     patch_params = sent["tools"][1]["function"]["parameters"]
     assert patch_params["required"] == ["input"]
     assert "start: /.+/s" in patch_params["properties"]["input"]["description"]
-    assert sent["reasoning_effort"] == "high"
+    assert (sent["reasoning_effort"], sent["verbosity"]) == ("high", "low")
     assert raw.parse().output[1].type == "custom_tool_call"  # the SDK reads it as one
     data = raw.http_response.json()
     assert violations("Response", data) == []
