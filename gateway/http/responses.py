@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar import Request, asgi, delete, get
+from litestar.enums import ScopeType
 from litestar.params import FromPath
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -27,6 +28,7 @@ from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.http.asgi import JSONBody
 from gateway.http.endpoint import Endpoint
 from gateway.http.intake import Services, json_response, parse_body
+from gateway.http.responses_socket import serve_socket
 from gateway.http.serving import handle
 from gateway.ingress.response_events import ResponseEvents
 from gateway.ingress.response_tools import tool_map
@@ -61,7 +63,7 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
         call.owner = key.id
         call.store = services.responses
         body = call.body
-        if body.previous_response_id:
+        if body.previous_response_id and not call.resumed:
             record = await services.responses.load(
                 body.previous_response_id, key.id, param="previous_response_id"
             )
@@ -115,6 +117,9 @@ RESPONSES = ResponsesEndpoint()
 
 @asgi("/v1/responses", copy_scope=False)
 async def responses(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == ScopeType.WEBSOCKET:
+        await serve_socket(scope, receive, send, RESPONSES)
+        return
     try:
         await handle(scope, receive, send, RESPONSES)
     except ContextLengthExceededError as exc:
@@ -167,16 +172,17 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
     when it was to be stored and could not be (its ``store`` then says so). ``data``: the
     response's JSON, when it is at hand (it goes into the record as it is)."""
     body, store = call.body, call.store
-    if body.store is False or store is None:
-        return True
-    given: Any = body.input
-    if not isinstance(given, str):
-        given = [item.model_dump(mode="json", exclude_none=True) for item in given]
     messages = [
         *call.history,
         *dump_messages(call.turn),
         *output_messages(response.output, call.tools),
     ]
+    call.conversation = messages
+    if body.store is False or store is None:
+        return True
+    given: Any = body.input
+    if not isinstance(given, str):
+        given = [item.model_dump(mode="json", exclude_none=True) for item in given]
     owner, inputs = json.dumps(call.owner), json.dumps(given, ensure_ascii=False)
     said = data if data is not None else response.model_dump_json()
     turns = json.dumps(messages, ensure_ascii=False)

@@ -51,6 +51,15 @@ async def handle(
     (errors still raise into the app's exception handlers)."""
     arrival = await arrive(scope, receive, endpoint.x_api_key)
     body = endpoint.parse(arrival.body)
+    ticket, serve = await admit(arrival, endpoint, body)
+    await respond(scope, receive, send, arrival.services, ticket, serve)
+
+
+async def admit(
+    arrival: Arrival, endpoint: Endpoint[Req, Whole], body: Req
+) -> tuple[AdmissionTicket, Callable[[], Awaitable[ASGIApp]]]:
+    """Prepare and admit a parsed request: its ticket, and what serves it (the answer as
+    an ASGI app). Whoever runs it settles the ticket if it fails (:func:`respond`)."""
     services = arrival.services
     await endpoint.prepare(services, arrival.key, body)
     arrival.facts.update(model=body.model, stream=bool(body.stream))
@@ -60,7 +69,7 @@ async def handle(
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
 
-    await respond(scope, receive, send, services, ticket, serve)
+    return ticket, serve
 
 
 class Admitted:
@@ -107,14 +116,7 @@ async def respond(
     watch = ClientWatch(receive, send, services.send_timeout_s)
     watch.start(scope)
     try:
-        try:
-            response = await serve()
-        except BaseException:
-            if ticket.deployment is None:
-                await admission.release(ticket)
-            else:
-                await admission.settle(ticket, None)
-            raise
+        response = await answer(admission, ticket, serve)
         await response(scope, receive, watch.send)
     except (asyncio.CancelledError, Exception):
         if watch.gone is None:
@@ -122,6 +124,21 @@ async def respond(
         request_facts(scope)["client_gone"] = watch.gone
     finally:
         watch.stop()
+
+
+async def answer(
+    admission: Admission, ticket: AdmissionTicket, serve: Callable[[], Awaitable[ASGIApp]]
+) -> ASGIApp:
+    """``serve``'s answer; if it fails before answering, the ticket is given back (or
+    settled, once a deployment took it)."""
+    try:
+        return await serve()
+    except BaseException:
+        if ticket.deployment is None:
+            await admission.release(ticket)
+        else:
+            await admission.settle(ticket, None)
+        raise
 
 
 async def _serve(request: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -> ASGIApp:

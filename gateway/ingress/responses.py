@@ -58,12 +58,16 @@ _ROLES = ("user", "assistant", "system", "developer")
 @dataclass
 class ResponsesCall:
     """One ``POST /v1/responses``: the request, the chat request it became, and what the
-    stored conversation needs (``history``: the chat messages before this turn)."""
+    stored conversation needs (``history``: the chat messages before this turn, ``resumed``
+    when they were at hand without the store; ``conversation``: all of them once the
+    response is finished)."""
 
     body: ResponsesRequest
     owner: str
     response_id: str
     history: list[dict[str, Any]] = field(default_factory=list)
+    resumed: bool = False
+    conversation: list[dict[str, Any]] | None = None
     turn: list[ChatMessage] = field(default_factory=list)
     chat: ChatCompletionRequest | None = None
     tools: ToolMap = field(default_factory=ToolMap)
@@ -399,6 +403,8 @@ def output_messages(output: list[OutputItem], tools: ToolMap) -> list[dict[str, 
             )
             function = {"name": flat, "arguments": arguments}
             calls.append({"id": item.call_id, "type": "function", "function": function})
+    if not text and not calls:  # nothing said (no generation): nothing to continue from
+        return []
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         message["tool_calls"] = calls
