@@ -27,6 +27,7 @@ from gateway.http.middleware import RequestContextMiddleware, add_request_id
 from gateway.http.reload import ConfigWatcher
 from gateway.http.routes import ROUTES
 from gateway.http.ui import UI_ROUTES, StatusPage
+from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.store import ResponseStore
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
@@ -137,6 +138,7 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
         admission=Admission.build(store, config, deployment_limits=_deployment_limits(config)),
         cache=ResponseCache(store, _cache_rules(config)),
         responses=ResponseStore(store, config.responses.ttl_s, int(config.responses.max_bytes)),
+        conversations=ConversationStore(store),
         send_timeout_s=config.http.send_timeout_s,
         protect_ops=config.http.protect_ops,
         hosted_tools=config.responses.hosted_tools,

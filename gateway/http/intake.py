@@ -18,6 +18,7 @@ from gateway.admission.keys import KeyInfo
 from gateway.dispatch import Gateway
 from gateway.errors import ServiceUnavailableError
 from gateway.http.asgi import JSONBody
+from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import HostedTools
 from gateway.ingress.store import ResponseStore
 from gateway.protocol import jsonio
@@ -34,12 +35,14 @@ class Services:
 
     ``send_timeout_s``: how long one write may wait for a client that stopped reading;
     ``protect_ops``: whether ``/metrics`` and readiness figures need the master key;
-    ``responses``: the stored responses of ``/v1/responses``; ``hosted_tools``: what
+    ``responses``: the stored responses of ``/v1/responses``; ``conversations``: those of
+    ``/v1/conversations``; ``hosted_tools``: what
     ``/v1/responses`` does with tools only OpenAI runs (``drop``: reported, ``refuse``)."""
 
     admission: Admission
     cache: ResponseCache
     responses: ResponseStore
+    conversations: ConversationStore
     send_timeout_s: float = 30.0
     protect_ops: bool = False
     hosted_tools: HostedTools = "drop"

@@ -37,7 +37,10 @@ from gateway.ingress.responses import (
     completed,
     dump_messages,
     input_items,
+    input_messages,
+    new_items,
     output_messages,
+    refuse_unserved,
     to_chat,
 )
 from gateway.ingress.translate import sse
@@ -55,20 +58,26 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
 
     def parse(self, raw: bytes) -> ResponsesCall:
         body = parse_body(ResponsesRequest, raw)
+        refuse_unserved(body)
         return ResponsesCall(body, owner="", response_id=f"resp_{uuid.uuid4().hex}")
 
     async def prepare(self, services: Services, key: KeyInfo, call: ResponsesCall) -> None:
         """The caller's stored conversation (``previous_response_id``), then the chat
         request."""
         call.owner = key.id
-        call.store = services.responses
+        call.store, call.conversations = services.responses, services.conversations
         body = call.body
+        call.tools = tool_map(body.tools, body.input, services.hosted_tools)
         if body.previous_response_id and not call.resumed:
             record = await services.responses.load(
                 body.previous_response_id, key.id, param="previous_response_id"
             )
             call.history = record["messages"]
-        call.tools = tool_map(body.tools, body.input, services.hosted_tools)
+        conversation = call.conversation_id
+        if conversation is not None and body.previous_response_id is None:
+            held = await services.conversations.load(conversation, key.id, param="conversation")
+            items = [InputItem.model_validate(item) for item in held["items"]]
+            call.history = dump_messages(input_messages(items, call.tools))
         call.chat, call.turn = to_chat(body, call.history, call.tools)
 
     def headers(self, call: ResponsesCall) -> dict[str, str]:
@@ -177,7 +186,10 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
         *dump_messages(call.turn),
         *output_messages(response.output, call.tools),
     ]
-    call.conversation = messages
+    call.transcript = messages
+    if call.conversation_id is not None and call.conversations is not None:
+        added = [*new_items(body.input), *(i.model_dump(mode="json") for i in response.output)]
+        await call.conversations.append(call.conversation_id, call.owner, added)
     if body.store is False or store is None:
         return True
     given: Any = body.input

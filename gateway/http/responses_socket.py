@@ -111,8 +111,8 @@ class _Socket:
             await self._prepare_only(call)
         else:
             await self._run(call)
-        if call.conversation is not None:
-            self._last_id, self._last_messages = call.response_id, call.conversation
+        if call.transcript is not None:
+            self._last_id, self._last_messages = call.response_id, call.transcript
 
     async def _run(self, call: ResponsesCall) -> None:
         gateway = taking_work(self.scope["app"].state.gateway)

@@ -27,6 +27,7 @@ from gateway.dispatch import Gateway
 from gateway.errors import NotFoundError
 from gateway.http.chat import chat_completions
 from gateway.http.completions import completions
+from gateway.http.conversations import CONVERSATION_ROUTES
 from gateway.http.embeddings import embeddings
 from gateway.http.intake import Services, json_response
 from gateway.http.messages import MESSAGE_ROUTES
@@ -121,6 +122,7 @@ ROUTES = [
     chat_completions,
     completions,
     *RESPONSE_ROUTES,
+    *CONVERSATION_ROUTES,
     *MESSAGE_ROUTES,
     embeddings,
     list_models,

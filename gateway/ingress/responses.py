@@ -10,8 +10,9 @@ messages). ``tools`` (:mod:`gateway.ingress.response_tools`), ``tool_choice``,
 ``presence_penalty``, ``frequency_penalty``, ``reasoning.effort`` (→ ``reasoning_effort``),
 ``text.format`` (→ ``response_format``), ``text.verbosity`` (→ ``verbosity``), ``user``,
 ``safety_identifier``, ``prompt_cache_key`` and ``service_tier`` map one to one;
-``reasoning`` items carry nothing a chat model can use and are skipped. ``background`` and
-``conversation`` are refused.
+``reasoning`` items carry nothing a chat model can use and are skipped. The items of a
+``conversation`` come before ``input`` as a stored conversation does; ``background`` is
+refused.
 
 Answer (chat → Responses): the upstream's reasoning (``reasoning_content``) becomes a
 ``reasoning`` item, text one ``message`` output item, each tool call a ``function_call``
@@ -21,10 +22,12 @@ Answer (chat → Responses): the upstream's reasoning (``reasoning_content``) be
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidRequestError
+from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import (
     ToolMap,
     chat_tool_choice,
@@ -59,7 +62,7 @@ _ROLES = ("user", "assistant", "system", "developer")
 class ResponsesCall:
     """One ``POST /v1/responses``: the request, the chat request it became, and what the
     stored conversation needs (``history``: the chat messages before this turn, ``resumed``
-    when they were at hand without the store; ``conversation``: all of them once the
+    when they were at hand without the store; ``transcript``: all of them once the
     response is finished)."""
 
     body: ResponsesRequest
@@ -67,17 +70,25 @@ class ResponsesCall:
     response_id: str
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed: bool = False
-    conversation: list[dict[str, Any]] | None = None
+    transcript: list[dict[str, Any]] | None = None
     turn: list[ChatMessage] = field(default_factory=list)
     chat: ChatCompletionRequest | None = None
     tools: ToolMap = field(default_factory=ToolMap)
     store: ResponseStore | None = None
+    conversations: ConversationStore | None = None
     created_at: int = field(default_factory=now)
     streams: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
         return self.body.model
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The id of the request's ``conversation`` (given as the id or ``{"id": ...}``)."""
+        given = self.body.conversation
+        named = given.get("id") if isinstance(given, dict) else given
+        return named if isinstance(named, str) else None
 
     @property
     def stream(self) -> bool:
@@ -102,7 +113,6 @@ def to_chat(
 ) -> tuple[ChatCompletionRequest, list[ChatMessage]]:
     """The chat request for a Responses request after ``history`` (stored chat messages),
     and the chat messages of this turn's input; ``tools``: the request's, mapped."""
-    _refuse_unserved(body)
     messages: list[ChatMessage] = []
     if body.instructions:
         messages.append(ChatMessage(role="system", content=body.instructions))
@@ -139,15 +149,16 @@ def to_chat(
     return ChatCompletionRequest(**fields, **extras), turn
 
 
-def _refuse_unserved(body: ResponsesRequest) -> None:
-    """Fields asking for what this gateway does not do: a 400 naming each."""
+def refuse_unserved(body: ResponsesRequest) -> None:
+    """Fields asking for what this gateway does not do, or not together: a 400 naming
+    the field."""
     if body.background:
         raise InvalidRequestError(
             "Background responses are not supported by this gateway.", param="background"
         )
-    if (body.model_extra or {}).get("conversation") is not None:
+    if body.conversation is not None and body.previous_response_id is not None:
         raise InvalidRequestError(
-            "Conversations are not supported by this gateway; use previous_response_id.",
+            "previous_response_id cannot be used together with conversation.",
             param="conversation",
         )
 
@@ -282,6 +293,8 @@ def response_object(call: ResponsesCall, **fields: Any) -> ResponseObject:
     }
     if text is not None:
         echoed["text"] = text
+    if call.conversation_id is not None:
+        echoed["conversation"] = {"id": call.conversation_id}
     return ResponseObject(**{**echoed, **fields})
 
 
@@ -413,6 +426,11 @@ def output_messages(output: list[OutputItem], tools: ToolMap) -> list[dict[str, 
 
 def dump_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json", exclude_none=True) for m in messages]
+
+
+def new_items(given: str | list[InputItem]) -> list[dict[str, Any]]:
+    """``given`` as a conversation keeps them: typed, content as parts, each with an id."""
+    return input_items(given, f"resp_{uuid.uuid4().hex}")
 
 
 def input_items(given: str | list[InputItem], response_id: str) -> list[dict[str, Any]]:

@@ -102,6 +102,7 @@ class ResponsesRequest(RequestModel):
     user: str | None = None
     store: bool | None = True
     previous_response_id: str | None = None
+    conversation: str | dict[str, JsonValue] | None = None
     stream: bool | None = False
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -248,6 +249,7 @@ class ResponseObject(ResponseModel):
     truncation: Literal["auto", "disabled"] = "disabled"
     usage: ResponseUsage | None = None
     user: Omitted[str] = None
+    conversation: Omitted[dict[str, str]] = None
     metadata: dict[str, str] = Field(default_factory=dict)
 
 
@@ -259,3 +261,25 @@ class InputItemList(ResponseModel):
     first_id: str
     last_id: str
     has_more: bool = False
+
+
+# --- conversations ----------------------------------------------------------------------
+
+
+class ConversationCreate(RequestModel):
+    """``POST /v1/conversations``."""
+
+    items: list[InputItem] | None = Field(default=None, max_length=20)
+    metadata: dict[str, str] | None = None
+
+
+class ConversationUpdate(RequestModel):
+    """``POST /v1/conversations/{id}``."""
+
+    metadata: dict[str, str]
+
+
+class ConversationItemsCreate(RequestModel):
+    """``POST /v1/conversations/{id}/items``."""
+
+    items: list[InputItem] = Field(min_length=1, max_length=20)

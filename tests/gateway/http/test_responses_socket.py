@@ -149,7 +149,7 @@ def test_each_event_names_the_turns_stream_id(server: Server) -> None:
     create = {"type": "response.create", "model": "agent", "input": "Hi", "stream_id": "lane-1"}
     with websockets.sync.client.connect(url) as socket:
         socket.send(json.dumps(create))
-        events = []
+        events: list[dict[str, Any]] = []
         while not events or events[-1]["type"] != "response.completed":
             events.append(json.loads(socket.recv(timeout=30)))
     assert {event["stream_id"] for event in events} == {"lane-1"}
