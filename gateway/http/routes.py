@@ -32,6 +32,7 @@ from gateway.http.embeddings import embeddings
 from gateway.http.intake import Services, json_response
 from gateway.http.messages import MESSAGE_ROUTES
 from gateway.http.responses import RESPONSE_ROUTES
+from gateway.http.responses_compact import compact_response
 from gateway.protocol import ModelList
 from gateway.telemetry.instruments import Telemetry
 
@@ -122,6 +123,7 @@ ROUTES = [
     chat_completions,
     completions,
     *RESPONSE_ROUTES,
+    compact_response,
     *CONVERSATION_ROUTES,
     *MESSAGE_ROUTES,
     embeddings,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidRequestError
+from gateway.ingress.compaction import summary_message
 from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import (
     ToolMap,
@@ -176,6 +177,8 @@ def input_messages(given: str | list[InputItem], tools: ToolMap | None = None) -
             _tool_call(messages, item, i, tools)
         elif item.type in ("function_call_output", "custom_tool_call_output"):
             messages.append(_tool_output(item, i))
+        elif item.type in ("compaction", "compaction_summary"):
+            messages.append(summary_message(item.encrypted_content, i))
         elif item.type not in _SKIPPED_ITEMS:
             raise InvalidRequestError(
                 f"Input items of type '{item.type}' are not supported by this gateway.",
@@ -464,4 +467,5 @@ _ITEM_PREFIX = {
     "custom_tool_call": "ctc",
     "custom_tool_call_output": "ctco",
     "reasoning": "rs",
+    "compaction": "cmp",
 }

@@ -57,6 +57,7 @@ class InputItem(RequestModel):
     input: str | None = None
     output: str | list[InputPart] | None = None
     tools: list[FunctionTool] | None = None
+    encrypted_content: str | None = None
     id: str | None = None
     status: str | None = None
 
