@@ -11,8 +11,8 @@ messages). ``tools`` (:mod:`gateway.ingress.response_tools`), ``tool_choice``,
 ``text.format`` (→ ``response_format``), ``text.verbosity`` (→ ``verbosity``), ``user``,
 ``safety_identifier``, ``prompt_cache_key`` and ``service_tier`` map one to one;
 ``reasoning`` items carry nothing a chat model can use and are skipped. The items of a
-``conversation`` come before ``input`` as a stored conversation does; ``background`` is
-refused.
+``conversation`` come before ``input`` as a stored conversation does; ``background``,
+``prompt`` (a stored template) and ``top_logprobs`` above 0 are refused.
 
 Answer (chat → Responses): the upstream's reasoning (``reasoning_content``) becomes a
 ``reasoning`` item, text one ``message`` output item, each tool call a ``function_call``
@@ -156,6 +156,17 @@ def refuse_unserved(body: ResponsesRequest) -> None:
     if body.background:
         raise InvalidRequestError(
             "Background responses are not supported by this gateway.", param="background"
+        )
+    if body.top_logprobs:
+        raise InvalidRequestError(
+            "Log probabilities are not supported by this gateway on /v1/responses.",
+            param="top_logprobs",
+        )
+    if (body.model_extra or {}).get("prompt") is not None:
+        raise InvalidRequestError(
+            "Stored prompt templates are not supported by this gateway; send instructions "
+            "and input.",
+            param="prompt",
         )
     if body.conversation is not None and body.previous_response_id is not None:
         raise InvalidRequestError(
