@@ -104,6 +104,11 @@ class ModelRoute(BaseModel):
     )
     max_resumes: int = Field(default=1, ge=1, le=5, description="continuations of one stream")
     cache: CacheRule | None = None
+    hosted_tools: Literal["drop", "refuse"] | None = Field(
+        default=None,
+        description="/v1/responses tools only OpenAI runs, for this model (default: "
+        "responses.hosted_tools)",
+    )
     cascade: CascadeRule | None = Field(
         default=None,
         description="answer with the best-ranked candidate; a larger one when it is unsure",

@@ -28,6 +28,7 @@ from gateway.http.reload import ConfigWatcher
 from gateway.http.routes import ROUTES
 from gateway.http.ui import UI_ROUTES, StatusPage
 from gateway.ingress.conversations import ConversationStore
+from gateway.ingress.response_tools import HostedTools
 from gateway.ingress.store import ResponseStore
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
@@ -142,7 +143,16 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
         send_timeout_s=config.http.send_timeout_s,
         protect_ops=config.http.protect_ops,
         hosted_tools=config.responses.hosted_tools,
+        hosted_by_model=_hosted_by_model(config),
     )
+
+
+def _hosted_by_model(config: GatewayConfig) -> dict[str, HostedTools]:
+    return {
+        name: route.hosted_tools
+        for name, route in config.models.items()
+        if route.hosted_tools is not None
+    }
 
 
 def _reconfigure(services: Services, config: GatewayConfig) -> None:
@@ -151,6 +161,7 @@ def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.responses.ttl_s = config.responses.ttl_s
     services.responses.max_bytes = int(config.responses.max_bytes)
     services.hosted_tools = config.responses.hosted_tools
+    services.hosted_by_model = _hosted_by_model(config)
     services.send_timeout_s = config.http.send_timeout_s
     services.protect_ops = config.http.protect_ops
 

@@ -67,7 +67,7 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
         call.owner = key.id
         call.store, call.conversations = services.responses, services.conversations
         body = call.body
-        call.tools = tool_map(body.tools, body.input, services.hosted_tools)
+        call.tools = tool_map(body.tools, body.input, services.hosted_for(body.model))
         if body.previous_response_id and not call.resumed:
             record = await services.responses.load(
                 body.previous_response_id, key.id, param="previous_response_id"

@@ -71,6 +71,7 @@ def _serve(folder: Path, upstream: ScriptedUpstream, hosted: str) -> Server:
         " context_length: 4096}\n"
         "models:\n"
         "  codex: {candidates: [up]}\n"
+        "  strict: {candidates: [up], hosted_tools: refuse}\n"
         f"responses: {{hosted_tools: {hosted}}}\n"
     )
     return start_server(folder / "config.yaml", folder / "server.log")
@@ -239,4 +240,13 @@ def test_a_prompt_too_long_names_the_input(sdk: OpenAI, upstream: ScriptedUpstre
         sdk.responses.create(model="codex", input="word " * 20_000)
     assert refused.value.code == "context_length_exceeded"
     assert refused.value.param == "input"
+    assert upstream.bodies == []
+
+
+def test_a_model_can_refuse_hosted_tools_on_its_own(
+    sdk: OpenAI, upstream: ScriptedUpstream
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.responses.create(model="strict", input="hi", tools=CODEX_TOOLS)
+    assert refused.value.param == "tools[1].type"
     assert upstream.bodies == []
