@@ -20,6 +20,7 @@ events. The key comes from the upgrade request's headers.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import structlog
@@ -90,19 +91,39 @@ class _Socket:
         kind = payload.get("type") if isinstance(payload, dict) else None
         lane = payload.get("stream_id") if isinstance(payload, dict) else None
         self._lane = f',"stream_id":{json.dumps(lane)}}}' if isinstance(lane, str) else ""
-        try:
-            if kind == "response.create":
-                assert isinstance(payload, dict)
-                await self._create({k: v for k, v in payload.items() if k not in _ENVELOPE})
-            elif kind != "response.processed":
-                raise InvalidRequestError(
-                    "Messages are JSON objects of type 'response.create'.", param="type"
-                )
-        except GatewayError as exc:
-            await self._text(_error_message(exc))
+        if kind == "response.create":
+            assert isinstance(payload, dict)
+            await self._turn({k: v for k, v in payload.items() if k not in _ENVELOPE})
+        elif kind != "response.processed":
+            refused = InvalidRequestError(
+                "Messages are JSON objects of type 'response.create'.", param="type"
+            )
+            await self._text(_error_message(refused)[1])
 
-    async def _create(self, body: dict[str, Any]) -> None:
+    async def _turn(self, body: dict[str, Any]) -> None:
+        """One ``response.create``, recorded as a request is (metrics, one log line)."""
+        facts: dict[str, Any] = {"request_id": new_request_id(), "key_id": self.key.id}
+        started, status = time.perf_counter(), 200
+        try:
+            await self._create(body, facts)
+        except GatewayError as exc:
+            status, message = _error_message(exc)
+            await self._text(message)
+        finally:
+            duration = time.perf_counter() - started
+            self.scope["app"].state.telemetry.record(facts, status, duration, "responses")
+            log.info(
+                "request",
+                method="WEBSOCKET",
+                path=self.scope["path"],
+                status=status,
+                duration_ms=round(duration * 1000, 2),
+                **facts,
+            )
+
+    async def _create(self, body: dict[str, Any], facts: dict[str, Any]) -> None:
         generate = body.pop("generate", True)
+        facts["model"] = body.get("model")
         call = self.endpoint.parse(json.dumps({**body, "stream": True}).encode())
         previous = call.body.previous_response_id
         if previous is not None and previous == self._last_id:
@@ -110,13 +131,13 @@ class _Socket:
         if generate is False:
             await self._prepare_only(call)
         else:
-            await self._run(call)
+            await self._run(call, facts)
         if call.transcript is not None:
             self._last_id, self._last_messages = call.response_id, call.transcript
 
-    async def _run(self, call: ResponsesCall) -> None:
+    async def _run(self, call: ResponsesCall, facts: dict[str, Any]) -> None:
         gateway = taking_work(self.scope["app"].state.gateway)
-        arrival = Arrival(self.services, gateway, self.key, b"", {}, new_request_id())
+        arrival = Arrival(self.services, gateway, self.key, b"", facts, facts["request_id"])
         ticket, serve = await admit(arrival, self.endpoint, call)
         stream = await answer(self.services.admission, ticket, serve)
         assert isinstance(stream, EventStream), "a streamed call is answered with events"
@@ -160,11 +181,12 @@ def _payloads(chunk: bytes) -> list[str]:
     ]
 
 
-def _error_message(exc: GatewayError) -> str:
+def _error_message(exc: GatewayError) -> tuple[int, str]:
+    """The status of a failed turn, and its ``error`` message."""
     status, code = exc.status_code, exc.code
     if isinstance(exc, NotFoundError) and exc.param == "previous_response_id":
         status, code = 400, "previous_response_not_found"
     error = {"type": exc.error_type, "code": code, "message": exc.message, "param": exc.param}
     if status == 400:
         error["type"] = "invalid_request_error"
-    return json.dumps({"type": "error", "status": status, "error": error})
+    return status, json.dumps({"type": "error", "status": status, "error": error})

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import websockets.sync.client
 from openai import OpenAI
@@ -90,6 +91,19 @@ def test_a_socket_streams_the_events_and_continues_without_the_store(
         ("assistant", "First answer."),
         ("user", "And then?"),
     ]
+
+
+def test_each_turn_is_logged_and_counted_as_a_request(sdk: OpenAI, server: Server) -> None:
+    with sdk.responses.connect() as connection:
+        _turn(connection, model="agent", input="Hello")
+        _turn(connection, model="agent", input="x", previous_response_id="resp_none")
+    lines = [json.loads(line) for line in server.log().splitlines() if '"WEBSOCKET"' in line]
+    assert [(line["status"], line.get("deployment")) for line in lines[-2:]] == [
+        (200, "up"),
+        (400, None),
+    ]
+    metrics = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    assert 'operation="responses"' in metrics
 
 
 def test_an_unknown_previous_response_is_an_error_and_the_socket_stays_open(
