@@ -123,7 +123,7 @@ class _Socket:
 
     async def _create(self, body: dict[str, Any], facts: dict[str, Any]) -> None:
         generate = body.pop("generate", True)
-        facts["model"] = body.get("model")
+        facts["model"] = str(body.get("model"))[:256]  # a client's name, bounded in the log
         call = self.endpoint.parse(json.dumps({**body, "stream": True}).encode())
         previous = call.body.previous_response_id
         if previous is not None and previous == self._last_id:
