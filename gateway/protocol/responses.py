@@ -249,7 +249,7 @@ class ResponseObject(ResponseModel):
     prompt_cache_key: str | None = None
     truncation: Literal["auto", "disabled"] = "disabled"
     usage: ResponseUsage | None = None
-    user: Omitted[str] = None
+    user: str | None = None
     conversation: Omitted[dict[str, str]] = None
     metadata: dict[str, str] = Field(default_factory=dict)
 

@@ -19,8 +19,11 @@ from openai import OpenAI
 
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
-from tests.gateway.http.test_schema_responses import event_violations, events
-from tests.gateway.protocol.openapi import violations
+from tests.gateway.http.test_schema_responses import (
+    event_violations,
+    events,
+    response_violations,
+)
 
 PATCH = "*** Begin Patch\n*** Add File: hello.txt\n+hi\n*** End Patch\n"
 SPAWN: Any = {
@@ -116,7 +119,7 @@ def test_codex_tools_reach_a_chat_upstream_and_calls_come_back_in_their_shapes(
     assert (sent["reasoning_effort"], sent["verbosity"]) == ("high", "low")
     assert raw.parse().output[1].type == "custom_tool_call"  # the SDK reads it as one
     data = raw.http_response.json()
-    assert violations("Response", data) == []
+    assert response_violations(data) == []
     reasoning, call = data["output"]
     assert reasoning["type"] == "reasoning"
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "I should add the file."}]
