@@ -138,8 +138,8 @@ class _Socket:
     async def _run(self, call: ResponsesCall, facts: dict[str, Any]) -> None:
         gateway = taking_work(self.scope["app"].state.gateway)
         arrival = Arrival(self.services, gateway, self.key, b"", facts, facts["request_id"])
-        ticket, serve = await admit(arrival, self.endpoint, call)
-        stream = await answer(self.services.admission, ticket, serve)
+        admitted, serve = await admit(arrival, self.endpoint, call)
+        stream = await answer(admitted, serve)
         assert isinstance(stream, EventStream), "a streamed call is answered with events"
         try:
             async for chunk in stream.frames:
