@@ -104,6 +104,11 @@ class ModelRoute(BaseModel):
     )
     max_resumes: int = Field(default=1, ge=1, le=5, description="continuations of one stream")
     cache: CacheRule | None = None
+    hosted_tools: Literal["drop", "refuse"] | None = Field(
+        default=None,
+        description="/v1/responses tools only OpenAI runs, for this model (default: "
+        "responses.hosted_tools)",
+    )
     cascade: CascadeRule | None = Field(
         default=None,
         description="answer with the best-ranked candidate; a larger one when it is unsure",
@@ -142,6 +147,11 @@ class ResponsesSettings(BaseModel):
         gt=0,
         description="stored responses one replica keeps, oldest dropped first (e.g. 256MiB)",
     )
+    hosted_tools: Literal["drop", "refuse"] = Field(
+        default="drop",
+        description="tools only OpenAI runs (web_search...): left out and named in the "
+        "x-shunter-dropped header (drop), or a 400 (refuse)",
+    )
 
 
 _ORIGIN = re.compile(r"^https?://[^/\s]+$")
@@ -153,6 +163,7 @@ EXPOSED_HEADERS = (
     "x-shunter-cascade-usage",
     "x-shunter-upstream-model",
     "x-shunter-token-count",
+    "x-shunter-dropped",
     "retry-after",
     "x-ratelimit-limit-requests",
     "x-ratelimit-remaining-requests",

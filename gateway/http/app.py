@@ -27,6 +27,8 @@ from gateway.http.middleware import RequestContextMiddleware, add_request_id
 from gateway.http.reload import ConfigWatcher
 from gateway.http.routes import ROUTES
 from gateway.http.ui import UI_ROUTES, StatusPage
+from gateway.ingress.conversations import ConversationStore
+from gateway.ingress.response_tools import HostedTools
 from gateway.ingress.store import ResponseStore
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
@@ -137,9 +139,20 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
         admission=Admission.build(store, config, deployment_limits=_deployment_limits(config)),
         cache=ResponseCache(store, _cache_rules(config)),
         responses=ResponseStore(store, config.responses.ttl_s, int(config.responses.max_bytes)),
+        conversations=ConversationStore(store),
         send_timeout_s=config.http.send_timeout_s,
         protect_ops=config.http.protect_ops,
+        hosted_tools=config.responses.hosted_tools,
+        hosted_by_model=_hosted_by_model(config),
     )
+
+
+def _hosted_by_model(config: GatewayConfig) -> dict[str, HostedTools]:
+    return {
+        name: route.hosted_tools
+        for name, route in config.models.items()
+        if route.hosted_tools is not None
+    }
 
 
 def _reconfigure(services: Services, config: GatewayConfig) -> None:
@@ -147,6 +160,8 @@ def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.cache.rules = _cache_rules(config)
     services.responses.ttl_s = config.responses.ttl_s
     services.responses.max_bytes = int(config.responses.max_bytes)
+    services.hosted_tools = config.responses.hosted_tools
+    services.hosted_by_model = _hosted_by_model(config)
     services.send_timeout_s = config.http.send_timeout_s
     services.protect_ops = config.http.protect_ops
 

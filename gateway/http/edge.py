@@ -13,7 +13,10 @@ uvicorn's httptools protocol, with the bounds a careful reverse proxy would set:
   place of the one idle longest (idle: no request running, whether before its first head is
   complete or between requests); when every connection has a request running, the new one
   gets 503 and is closed at once, so silent connections cannot use up file descriptors;
-* at most ``max_in_flight`` requests run at once; more get 503 with ``retry-after``.
+* at most ``max_in_flight`` requests run at once; more get 503 with ``retry-after``;
+* a connection upgraded to a WebSocket (the Responses API's, ``GET /v1/responses``) keeps
+  its place among the open connections until it closes; its messages are at most uvicorn's
+  ``ws_max_size`` (16 MiB), and it is pinged so that a vanished client is noticed.
 
 Refusals are OpenAI-shaped JSON built from :mod:`gateway.errors`. Everything is counted in
 callbacks uvicorn makes anyway: a request costs a few attribute updates, plus a timer only
@@ -38,6 +41,7 @@ from uvicorn.protocols.http.httptools_impl import (
     HttpToolsProtocol,
     RequestResponseCycle,
 )
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
 from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
@@ -132,9 +136,18 @@ class EdgeConfig(uvicorn.Config):
     """uvicorn's settings with :class:`EdgeProtocol`, and the state its connections share."""
 
     def __init__(self, app: Any, limits: EdgeLimits, **kwargs: Any) -> None:
-        # no WebSocket routes: an upgrade must not hand the connection to an unbounded protocol
-        super().__init__(app, http=EdgeProtocol, ws="none", **kwargs)
+        super().__init__(app, http=EdgeProtocol, ws=EdgeWebSocket, **kwargs)
         self.edge = Edge(limits)
+
+
+class EdgeWebSocket(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol on a connection :class:`EdgeProtocol` upgraded: it
+    holds the connection's place among the open ones until it closes."""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(self.config, EdgeConfig):
+            self.config.edge.open -= 1
+        super().connection_lost(exc)
 
 
 class EdgeProtocol(HttpToolsProtocol):
@@ -304,6 +317,13 @@ class EdgeProtocol(HttpToolsProtocol):
             edge.warn("in_flight_full", tasks=len(self.tasks), effect="new requests get 503")
             app = edge.busy_app
         super()._start_asgi_task(cycle, app)
+
+    def handle_websocket_upgrade(self) -> None:
+        # the connection's place passes to the WebSocket protocol, which gives it back
+        self._counted = False
+        self.edge.idle.pop(self, None)
+        self._stop_timers()
+        super().handle_websocket_upgrade()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -93,6 +93,10 @@ class Endpoint(ABC, Generic[Req, Whole]):
     async def render(self, body: Req, answer: Whole) -> bytes:
         """A whole answer (or a cache hit) as the response body."""
 
+    def headers(self, body: Req) -> dict[str, str]:
+        """Headers of the answer that the request itself decides (none by default)."""
+        return {}
+
     @abstractmethod
     def replay(self, body: Req, hit: Any) -> AsyncIterator[bytes]:
         """A cache hit as the stream the client asked for."""

@@ -15,6 +15,10 @@ reach the gateway may use it, so it also refuses (403) what only a web page woul
   ``cors.allow_origins``: a page on another site calling the gateway (see
   :mod:`gateway.http.cors`).
 
+The same two checks apply to a WebSocket upgrade (``GET /v1/responses``), which browsers
+send across origins without asking first: a refused one is closed before it is accepted
+(403 to the handshake).
+
 With API keys, neither check applies (a reverse proxy may use any ``Host``, and a page
 cannot use a key it does not have).
 """
@@ -49,23 +53,35 @@ class RequestGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == ScopeType.HTTP:
-            content_type = host = origin = None
+            content_type = None
             for name, value in scope["headers"]:
                 if name == b"content-type":
                     content_type = value
-                elif name == b"host":
-                    host = value
-                elif name == b"origin":
-                    origin = value
             if scope["method"] == "POST" and scope["path"].startswith("/v1/"):
                 _check_json(content_type)
-            foreign_host = host is not None and _on_loopback(scope) and not loopback_host(host)
-            foreign_origin = (
-                origin is not None and not loopback_origin(origin) and origin not in self._trusted
-            )
-            if (foreign_host or foreign_origin) and not await self._auth_enabled(scope):
-                _refuse(foreign_host, host if foreign_host else origin)
+            await self._check_page(scope)
+        elif scope["type"] == ScopeType.WEBSOCKET:
+            try:
+                await self._check_page(scope)
+            except PermissionDeniedError:
+                await send({"type": "websocket.close", "code": 1008, "reason": None})
+                return
         await self.app(scope, receive, send)
+
+    async def _check_page(self, scope: Scope) -> None:
+        """In open mode, refuse a foreign ``Host`` or ``Origin`` (403)."""
+        host = origin = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+            elif name == b"origin":
+                origin = value
+        foreign_host = host is not None and _on_loopback(scope) and not loopback_host(host)
+        foreign_origin = (
+            origin is not None and not loopback_origin(origin) and origin not in self._trusted
+        )
+        if (foreign_host or foreign_origin) and not await self._auth_enabled(scope):
+            _refuse(foreign_host, host if foreign_host else origin)
 
     async def _auth_enabled(self, scope: Scope) -> bool:
         if self._keys is None:

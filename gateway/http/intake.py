@@ -4,7 +4,7 @@ validated."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from litestar.exceptions import ClientException, MethodNotAllowedException
@@ -18,6 +18,8 @@ from gateway.admission.keys import KeyInfo
 from gateway.dispatch import Gateway
 from gateway.errors import ServiceUnavailableError
 from gateway.http.asgi import JSONBody
+from gateway.ingress.conversations import ConversationStore
+from gateway.ingress.response_tools import HostedTools
 from gateway.ingress.store import ResponseStore
 from gateway.protocol import jsonio
 from gateway.protocol.validation import request_error
@@ -33,13 +35,23 @@ class Services:
 
     ``send_timeout_s``: how long one write may wait for a client that stopped reading;
     ``protect_ops``: whether ``/metrics`` and readiness figures need the master key;
-    ``responses``: the stored responses of ``/v1/responses``."""
+    ``responses``: the stored responses of ``/v1/responses``; ``conversations``: those of
+    ``/v1/conversations``; ``hosted_tools``: what
+    ``/v1/responses`` does with tools only OpenAI runs (``drop``: reported, ``refuse``), and
+    per model (``hosted_by_model``)."""
 
     admission: Admission
     cache: ResponseCache
     responses: ResponseStore
+    conversations: ConversationStore
     send_timeout_s: float = 30.0
     protect_ops: bool = False
+    hosted_tools: HostedTools = "drop"
+    hosted_by_model: dict[str, HostedTools] = field(default_factory=dict)
+
+    def hosted_for(self, model: str) -> HostedTools:
+        """What ``/v1/responses`` does with hosted tools for ``model``."""
+        return self.hosted_by_model.get(model, self.hosted_tools)
 
 
 @dataclass

@@ -245,6 +245,7 @@ _OPERATIONS = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "text_completion",
     "/v1/responses": "responses",
+    "/v1/responses/compact": "responses",
     "/v1/messages": "messages",
     "/v1/embeddings": "embeddings",
 }

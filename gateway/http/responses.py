@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar import Request, asgi, delete, get
+from litestar.enums import ScopeType
 from litestar.params import FromPath
 from litestar.types import ASGIApp, Receive, Scope, Send
 
@@ -23,18 +24,23 @@ from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
 from gateway.admission.keys import KeyInfo
 from gateway.dispatch import ServedStream
-from gateway.errors import GatewayError
+from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.http.asgi import JSONBody
 from gateway.http.endpoint import Endpoint
 from gateway.http.intake import Services, json_response, parse_body
+from gateway.http.responses_socket import serve_socket
 from gateway.http.serving import handle
 from gateway.ingress.response_events import ResponseEvents
+from gateway.ingress.response_tools import tool_map
 from gateway.ingress.responses import (
     ResponsesCall,
     completed,
     dump_messages,
     input_items,
+    input_messages,
+    new_items,
     output_messages,
+    refuse_unserved,
     to_chat,
 )
 from gateway.ingress.translate import sse
@@ -52,20 +58,32 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
 
     def parse(self, raw: bytes) -> ResponsesCall:
         body = parse_body(ResponsesRequest, raw)
+        refuse_unserved(body)
         return ResponsesCall(body, owner="", response_id=f"resp_{uuid.uuid4().hex}")
 
     async def prepare(self, services: Services, key: KeyInfo, call: ResponsesCall) -> None:
         """The caller's stored conversation (``previous_response_id``), then the chat
         request."""
         call.owner = key.id
-        call.store = services.responses
+        call.store, call.conversations = services.responses, services.conversations
         body = call.body
-        if body.previous_response_id:
+        call.tools = tool_map(body.tools, body.input, services.hosted_for(body.model))
+        if body.previous_response_id and not call.resumed:
             record = await services.responses.load(
                 body.previous_response_id, key.id, param="previous_response_id"
             )
             call.history = record["messages"]
-        call.chat, call.turn = to_chat(body, call.history)
+        conversation = call.conversation_id
+        if conversation is not None and body.previous_response_id is None:
+            held = await services.conversations.load(conversation, key.id, param="conversation")
+            items = [InputItem.model_validate(item) for item in held["items"]]
+            call.history = dump_messages(input_messages(items, call.tools))
+        call.chat, call.turn = to_chat(body, call.history, call.tools)
+
+    def headers(self, call: ResponsesCall) -> dict[str, str]:
+        """``x-shunter-dropped``: the hosted tools left out of the request, if any."""
+        dropped = call.tools.dropped
+        return {"x-shunter-dropped": ", ".join(dropped)} if dropped else {}
 
     def request(self, call: ResponsesCall) -> ChatCompletionRequest:
         return call.chat_request()
@@ -108,7 +126,18 @@ RESPONSES = ResponsesEndpoint()
 
 @asgi("/v1/responses", copy_scope=False)
 async def responses(scope: Scope, receive: Receive, send: Send) -> None:
-    await handle(scope, receive, send, RESPONSES)
+    if scope["type"] == ScopeType.WEBSOCKET:
+        await serve_socket(scope, receive, send, RESPONSES)
+        return
+    try:
+        await handle(scope, receive, send, RESPONSES)
+    except ContextLengthExceededError as exc:
+        # the request path names chat's fields; a Responses client sent these
+        exc.param = _RESPONSES_PARAM.get(exc.param or "messages", exc.param)
+        raise
+
+
+_RESPONSES_PARAM = {"messages": "input", "max_tokens": "max_output_tokens"}
 
 
 @get("/v1/responses/{response_id:str}")
@@ -152,12 +181,20 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
     when it was to be stored and could not be (its ``store`` then says so). ``data``: the
     response's JSON, when it is at hand (it goes into the record as it is)."""
     body, store = call.body, call.store
+    messages = [
+        *call.history,
+        *dump_messages(call.turn),
+        *output_messages(response.output, call.tools),
+    ]
+    call.transcript = messages
+    if call.conversation_id is not None and call.conversations is not None:
+        added = [*new_items(body.input), *(i.model_dump(mode="json") for i in response.output)]
+        await call.conversations.append(call.conversation_id, call.owner, added)
     if body.store is False or store is None:
         return True
     given: Any = body.input
     if not isinstance(given, str):
         given = [item.model_dump(mode="json", exclude_none=True) for item in given]
-    messages = [*call.history, *dump_messages(call.turn), *output_messages(response.output)]
     owner, inputs = json.dumps(call.owner), json.dumps(given, ensure_ascii=False)
     said = data if data is not None else response.model_dump_json()
     turns = json.dumps(messages, ensure_ascii=False)

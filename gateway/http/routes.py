@@ -27,10 +27,12 @@ from gateway.dispatch import Gateway
 from gateway.errors import NotFoundError
 from gateway.http.chat import chat_completions
 from gateway.http.completions import completions
+from gateway.http.conversations import CONVERSATION_ROUTES
 from gateway.http.embeddings import embeddings
 from gateway.http.intake import Services, json_response
 from gateway.http.messages import MESSAGE_ROUTES
 from gateway.http.responses import RESPONSE_ROUTES
+from gateway.http.responses_compact import compact_response
 from gateway.protocol import ModelList
 from gateway.telemetry.instruments import Telemetry
 
@@ -121,6 +123,8 @@ ROUTES = [
     chat_completions,
     completions,
     *RESPONSE_ROUTES,
+    compact_response,
+    *CONVERSATION_ROUTES,
     *MESSAGE_ROUTES,
     embeddings,
     list_models,

@@ -51,29 +51,41 @@ async def handle(
     (errors still raise into the app's exception handlers)."""
     arrival = await arrive(scope, receive, endpoint.x_api_key)
     body = endpoint.parse(arrival.body)
+    admitted, serve = await admit(arrival, endpoint, body)
+    await respond(scope, receive, send, admitted, serve)
+
+
+async def admit(
+    arrival: Arrival, endpoint: Endpoint[Req, Whole], body: Req
+) -> tuple[Admitted, Callable[[], Awaitable[ASGIApp]]]:
+    """Prepare and admit a parsed request: the admitted request, and what serves it (the
+    answer as an ASGI app), to run with :func:`answer`."""
     services = arrival.services
     await endpoint.prepare(services, arrival.key, body)
     arrival.facts.update(model=body.model, stream=bool(body.stream))
     ticket = await services.admission.admit(endpoint.facts(body), arrival.key)
-    admitted = Admitted(arrival, ticket)
+    admitted = Admitted(arrival, ticket, endpoint.headers(body))
 
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
 
-    await respond(scope, receive, send, admitted, serve)
+    return admitted, serve
 
 
 class Admitted:
     """One admitted request on its way through dispatch: what settles it and what its
     log line says."""
 
-    def __init__(self, arrival: Arrival, ticket: AdmissionTicket) -> None:
+    def __init__(
+        self, arrival: Arrival, ticket: AdmissionTicket, own: dict[str, str] | None = None
+    ) -> None:
         self.gateway: Gateway = arrival.gateway
         self.services = arrival.services
         self.admission: Admission = arrival.services.admission
         self.ticket = ticket
         self.facts = arrival.facts
         self.request_id = arrival.request_id
+        self.own_headers = own or {}
 
     async def admit(self, deployment: str) -> None:
         """Take the deployment's own limits before it is tried."""
@@ -85,8 +97,9 @@ class Admitted:
         self.facts.update(bill.facts)
 
     def headers(self, routed: dict[str, str]) -> dict[str, str]:
-        """``routed``'s headers, then admission's (remaining limits, spend)."""
-        return {**routed, **self.admission.headers(self.ticket)}
+        """``routed``'s headers, then admission's (remaining limits, spend), then the
+        endpoint's own for this request."""
+        return {**routed, **self.admission.headers(self.ticket), **self.own_headers}
 
 
 async def respond(
@@ -98,18 +111,10 @@ async def respond(
 ) -> None:
     """Run ``serve`` and write its response while a :class:`ClientWatch` stands by. A
     client that leaves (or stops reading) ends both quietly: there is no one to answer."""
-    admission, ticket = admitted.admission, admitted.ticket
     watch = ClientWatch(receive, send, admitted.services.send_timeout_s)
     watch.start(scope)
     try:
-        try:
-            response = await serve()
-        except BaseException:
-            if ticket.deployment is None:
-                await admission.release(ticket)
-            else:
-                await admission.settle(ticket, None)
-            raise
+        response = await answer(admitted, serve)
         await response(scope, receive, watch.send)
     except (asyncio.CancelledError, Exception):
         if watch.gone is None:
@@ -117,6 +122,20 @@ async def respond(
         admitted.facts["client_gone"] = watch.gone
     finally:
         watch.stop()
+
+
+async def answer(admitted: Admitted, serve: Callable[[], Awaitable[ASGIApp]]) -> ASGIApp:
+    """``serve``'s answer; if it fails before answering, the ticket is given back (or
+    settled, once a deployment took it)."""
+    admission, ticket = admitted.admission, admitted.ticket
+    try:
+        return await serve()
+    except BaseException:
+        if ticket.deployment is None:
+            await admission.release(ticket)
+        else:
+            await admission.settle(ticket, None)
+        raise
 
 
 async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -> ASGIApp:

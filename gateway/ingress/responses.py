@@ -3,28 +3,44 @@
 Request (Responses → chat): ``instructions`` become the first system message, then the
 stored conversation of ``previous_response_id`` (its input and output, not its
 instructions, as OpenAI does), then ``input``: messages (``input_text`` / ``output_text`` /
-``input_image`` parts), ``function_call`` items (consecutive ones become one assistant
-message with several ``tool_calls``) and ``function_call_output`` items (``tool``
-messages). ``tools`` (function tools only), ``tool_choice``, ``parallel_tool_calls``,
-``max_output_tokens``, ``temperature``, ``top_p``, ``text.format`` (→ ``response_format``)
-and ``user`` map one to one; ``reasoning`` items carry nothing a chat model can use and are
-skipped.
+``input_image`` parts), ``function_call`` / ``custom_tool_call`` items (consecutive ones
+become one assistant message with several ``tool_calls``) and their outputs (``tool``
+messages). ``tools`` (:mod:`gateway.ingress.response_tools`), ``tool_choice``,
+``parallel_tool_calls``, ``max_output_tokens``, ``temperature``, ``top_p``,
+``presence_penalty``, ``frequency_penalty``, ``reasoning.effort`` (→ ``reasoning_effort``),
+``text.format`` (→ ``response_format``), ``text.verbosity`` (→ ``verbosity``), ``user``,
+``safety_identifier``, ``prompt_cache_key`` and ``service_tier`` map one to one;
+``reasoning`` items carry nothing a chat model can use and are skipped. The items of a
+``conversation`` come before ``input`` as a stored conversation does; ``background``,
+``prompt`` (a stored template) and ``top_logprobs`` above 0 are refused.
 
-Answer (chat → Responses): text becomes one ``message`` output item, each tool call a
-``function_call`` item; ``finish_reason`` ``length`` makes the response ``incomplete``
-(``max_output_tokens``).
+Answer (chat → Responses): the upstream's reasoning (``reasoning_content``) becomes a
+``reasoning`` item, text one ``message`` output item, each tool call a ``function_call``
+(or ``custom_tool_call``) item; ``finish_reason`` ``length`` makes the response
+``incomplete`` (``max_output_tokens``).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidRequestError
+from gateway.ingress.compaction import summary_message
+from gateway.ingress.conversations import ConversationStore
+from gateway.ingress.response_tools import (
+    ToolMap,
+    chat_tool_choice,
+    custom_arguments,
+    custom_input,
+    tool_echo,
+)
 from gateway.ingress.store import ResponseStore
 from gateway.protocol import ChatCompletion, ChatCompletionRequest, ChatMessage, Usage, now
 from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
 from gateway.protocol.responses import (
+    CustomToolCallItem,
     FunctionCallItem,
     IncompleteDetails,
     InputItem,
@@ -33,6 +49,8 @@ from gateway.protocol.responses import (
     OutputItem,
     OutputMessage,
     OutputText,
+    ReasoningItem,
+    ReasoningText,
     ResponseObject,
     ResponsesRequest,
     ResponseUsage,
@@ -44,21 +62,34 @@ _ROLES = ("user", "assistant", "system", "developer")
 @dataclass
 class ResponsesCall:
     """One ``POST /v1/responses``: the request, the chat request it became, and what the
-    stored conversation needs (``history``: the chat messages before this turn)."""
+    stored conversation needs (``history``: the chat messages before this turn, ``resumed``
+    when they were at hand without the store; ``transcript``: all of them once the
+    response is finished)."""
 
     body: ResponsesRequest
     owner: str
     response_id: str
     history: list[dict[str, Any]] = field(default_factory=list)
+    resumed: bool = False
+    transcript: list[dict[str, Any]] | None = None
     turn: list[ChatMessage] = field(default_factory=list)
     chat: ChatCompletionRequest | None = None
+    tools: ToolMap = field(default_factory=ToolMap)
     store: ResponseStore | None = None
+    conversations: ConversationStore | None = None
     created_at: int = field(default_factory=now)
     streams: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
         return self.body.model
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The id of the request's ``conversation`` (given as the id or ``{"id": ...}``)."""
+        given = self.body.conversation
+        named = given.get("id") if isinstance(given, dict) else given
+        return named if isinstance(named, str) else None
 
     @property
     def stream(self) -> bool:
@@ -72,16 +103,22 @@ class ResponsesCall:
         return self.chat
 
 
+_PASSED = ("user", "presence_penalty", "frequency_penalty", "safety_identifier")
+_PASSED_IF_SET = ("prompt_cache_key", "service_tier")
+_EXTRAS = ("seed", "stop", "top_k")
+_SKIPPED_ITEMS = ("reasoning", "additional_tools")
+
+
 def to_chat(
-    body: ResponsesRequest, history: list[dict[str, Any]]
+    body: ResponsesRequest, history: list[dict[str, Any]], tools: ToolMap
 ) -> tuple[ChatCompletionRequest, list[ChatMessage]]:
     """The chat request for a Responses request after ``history`` (stored chat messages),
-    and the chat messages of this turn's input."""
+    and the chat messages of this turn's input; ``tools``: the request's, mapped."""
     messages: list[ChatMessage] = []
     if body.instructions:
         messages.append(ChatMessage(role="system", content=body.instructions))
     messages.extend(ChatMessage.model_validate(m) for m in history)
-    turn = input_messages(body.input)
+    turn = input_messages(body.input, tools)
     messages.extend(turn)
     if not messages:
         raise InvalidRequestError("The input is empty.", param="input")
@@ -91,47 +128,84 @@ def to_chat(
         "max_tokens": body.max_output_tokens,
         "temperature": body.temperature,
         "top_p": body.top_p,
-        "user": body.user,
         "parallel_tool_calls": body.parallel_tool_calls,
         "stream": body.stream,
+        **{name: getattr(body, name) for name in _PASSED},
     }
-    if body.tools:
-        fields["tools"] = [_tool(tool, i) for i, tool in enumerate(body.tools)]
+    fields.update({k: getattr(body, k) for k in _PASSED_IF_SET if getattr(body, k) is not None})
+    if body.reasoning is not None and body.reasoning.effort is not None:
+        fields["reasoning_effort"] = body.reasoning.effort
+    if tools.chat:
+        fields["tools"] = tools.chat
         if body.tool_choice is not None:
-            fields["tool_choice"] = _tool_choice(body.tool_choice)
+            fields["tool_choice"] = chat_tool_choice(body.tool_choice, tools)
     elif body.tool_choice not in (None, "auto", "none"):
         raise InvalidRequestError("tool_choice needs tools.", param="tool_choice")
     fmt = body.text.format if body.text is not None else None
     if fmt is not None and fmt.type != "text":
         fields["response_format"] = _response_format(fmt.model_dump(by_alias=True))
-    extras = {k: v for k, v in (body.model_extra or {}).items() if k in ("seed", "stop", "top_k")}
+    if body.text is not None and body.text.verbosity is not None:
+        fields["verbosity"] = body.text.verbosity
+    extras = {k: v for k, v in (body.model_extra or {}).items() if k in _EXTRAS}
     return ChatCompletionRequest(**fields, **extras), turn
 
 
-def input_messages(given: str | list[InputItem]) -> list[ChatMessage]:
-    """The chat messages of ``input``."""
+def refuse_unserved(body: ResponsesRequest) -> None:
+    """Fields asking for what this gateway does not do, or not together: a 400 naming
+    the field."""
+    if body.background:
+        raise InvalidRequestError(
+            "Background responses are not supported by this gateway.", param="background"
+        )
+    if body.top_logprobs:
+        raise InvalidRequestError(
+            "Log probabilities are not supported by this gateway on /v1/responses.",
+            param="top_logprobs",
+        )
+    if (body.model_extra or {}).get("prompt") is not None:
+        raise InvalidRequestError(
+            "Stored prompt templates are not supported by this gateway; send instructions "
+            "and input.",
+            param="prompt",
+        )
+    if body.conversation is not None and body.previous_response_id is not None:
+        raise InvalidRequestError(
+            "previous_response_id cannot be used together with conversation.",
+            param="conversation",
+        )
+
+
+def input_messages(given: str | list[InputItem], tools: ToolMap | None = None) -> list[ChatMessage]:
+    """The chat messages of ``input`` (``tools``: how tool names reach the upstream)."""
     if isinstance(given, str):
         return [ChatMessage(role="user", content=given)]
+    tools = tools if tools is not None else ToolMap()
     messages: list[ChatMessage] = []
     for i, item in enumerate(given):
         if item.type == "message":
             messages.append(_message(item, i))
-        elif item.type == "function_call":
-            _function_call(messages, item, i)
-        elif item.type == "function_call_output":
-            if not item.call_id:
-                raise InvalidRequestError(
-                    "Missing required parameter: 'call_id'.", param=f"input[{i}].call_id"
-                )
-            output = item.output if item.output is not None else ""
-            text = output if isinstance(output, str) else _parts_text(output)
-            messages.append(ChatMessage(role="tool", tool_call_id=item.call_id, content=text))
-        elif item.type != "reasoning":
+        elif item.type in ("function_call", "custom_tool_call"):
+            _tool_call(messages, item, i, tools)
+        elif item.type in ("function_call_output", "custom_tool_call_output"):
+            messages.append(_tool_output(item, i))
+        elif item.type in ("compaction", "compaction_summary"):
+            messages.append(summary_message(item.encrypted_content, i))
+        elif item.type not in _SKIPPED_ITEMS:
             raise InvalidRequestError(
                 f"Input items of type '{item.type}' are not supported by this gateway.",
                 param=f"input[{i}].type",
             )
     return messages
+
+
+def _tool_output(item: InputItem, i: int) -> ChatMessage:
+    if not item.call_id:
+        raise InvalidRequestError(
+            "Missing required parameter: 'call_id'.", param=f"input[{i}].call_id"
+        )
+    output = item.output if item.output is not None else ""
+    text = output if isinstance(output, str) else _parts_text(output)
+    return ChatMessage(role="tool", tool_call_id=item.call_id, content=text)
 
 
 def _message(item: InputItem, i: int) -> ChatMessage:
@@ -173,51 +247,24 @@ def _parts_text(parts: list[InputPart]) -> str:
     return "".join(part.text or "" for part in parts)
 
 
-def _function_call(messages: list[ChatMessage], item: InputItem, i: int) -> None:
+def _tool_call(messages: list[ChatMessage], item: InputItem, i: int, tools: ToolMap) -> None:
     for name in ("call_id", "name"):
         if not getattr(item, name):
             raise InvalidRequestError(
                 f"Missing required parameter: '{name}'.", param=f"input[{i}].{name}"
             )
     assert item.call_id is not None and item.name is not None
-    call = ToolCall(
-        id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments or "{}")
-    )
+    if item.type == "custom_tool_call":
+        arguments = custom_arguments(item.input or "")
+    else:
+        arguments = item.arguments or "{}"
+    flat = tools.flat(item.name, item.namespace)
+    call = ToolCall(id=item.call_id, function=FunctionCall(name=flat, arguments=arguments))
     last = messages[-1] if messages else None
     if last is not None and last.role == "assistant":
         last.tool_calls = [*(last.tool_calls or []), call]
     else:
         messages.append(ChatMessage(role="assistant", content=None, tool_calls=[call]))
-
-
-def _tool(tool: Any, i: int) -> dict[str, Any]:
-    if tool.type != "function":
-        raise InvalidRequestError(
-            f"Tools of type '{tool.type}' are not supported by this gateway; use function tools.",
-            param=f"tools[{i}].type",
-        )
-    if not tool.name:
-        raise InvalidRequestError("Missing required parameter: 'name'.", param=f"tools[{i}].name")
-    function: dict[str, Any] = {"name": tool.name}
-    if tool.description is not None:
-        function["description"] = tool.description
-    if tool.parameters is not None:
-        function["parameters"] = tool.parameters
-    if tool.strict is not None:
-        function["strict"] = tool.strict
-    return {"type": "function", "function": function}
-
-
-def _tool_choice(choice: str | dict[str, Any]) -> Any:
-    if isinstance(choice, str):
-        return choice
-    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    raise InvalidRequestError(
-        "tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", "
-        '"name": ...}.',
-        param="tool_choice",
-    )
 
 
 def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
@@ -248,26 +295,39 @@ def response_object(call: ResponsesCall, **fields: Any) -> ResponseObject:
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
         "store": body.store is not False,
-        "temperature": body.temperature,
         "tool_choice": body.tool_choice if body.tool_choice is not None else "auto",
-        "tools": [_tool_echo(t) for t in body.tools or []],
-        "top_p": body.top_p,
+        "tools": tool_echo(body.tools or []),
         "user": body.user,
         "metadata": body.metadata or {},
+        "max_tool_calls": body.max_tool_calls,
+        "safety_identifier": body.safety_identifier,
+        "prompt_cache_key": body.prompt_cache_key,
+        "reasoning": _reasoning_echo(body),
+        **{k: getattr(body, k) for k in _DEFAULTED if getattr(body, k) is not None},
     }
     if text is not None:
         echoed["text"] = text
+    if call.conversation_id is not None:
+        echoed["conversation"] = {"id": call.conversation_id}
     return ResponseObject(**{**echoed, **fields})
 
 
-def _tool_echo(tool: Any) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": tool.parameters,
-        "strict": tool.strict,
-    }
+# echoed when the request set them, else the response object's defaults (OpenAI's)
+_DEFAULTED = (
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "service_tier",
+)
+
+
+def _reasoning_echo(body: ResponsesRequest) -> dict[str, Any]:
+    given = body.reasoning
+    if given is None:
+        return {"effort": None, "summary": None}
+    return {"effort": given.effort, "summary": given.summary or given.generate_summary}
 
 
 def completed(call: ResponsesCall, answer: ChatCompletion) -> ResponseObject:
@@ -277,16 +337,49 @@ def completed(call: ResponsesCall, answer: ChatCompletion) -> ResponseObject:
     status: ItemStatus = (
         "incomplete" if choice.finish_reason in ("length", "content_filter") else "completed"
     )
+    reasoning = reasoning_of(choice.message)
+    if reasoning:
+        output.append(ReasoningItem(status=status, content=[ReasoningText(text=reasoning)]))
     if choice.message.content:
         text = OutputText(text=choice.message.content)
         output.append(OutputMessage(status=status, content=[text]))
     for tool_call in choice.message.tool_calls or []:
         fn = tool_call.function
-        item = FunctionCallItem(
-            status=status, call_id=tool_call.id, name=fn.name, arguments=fn.arguments
-        )
-        output.append(item)
+        output.append(tool_call_item(call.tools, tool_call.id, fn.name, fn.arguments, status))
     return finished(call, output, choice.finish_reason, answer.usage, answer.model)
+
+
+def reasoning_of(message: Any) -> str:
+    """The upstream's reasoning in a chat message or delta (``reasoning_content``, or
+    ``reasoning`` as some servers name it)."""
+    given = message.reasoning_content or (message.model_extra or {}).get("reasoning")
+    return given if isinstance(given, str) else ""
+
+
+def tool_call_item(
+    tools: ToolMap, call_id: str, flat: str, arguments: str, status: ItemStatus, **ids: str
+) -> FunctionCallItem | CustomToolCallItem:
+    """The output item of the upstream's call of ``flat``: a ``custom_tool_call`` for a
+    custom tool, a ``function_call`` (with its ``namespace``) otherwise."""
+    named = tools.of(flat)
+    if named.custom:
+        given = custom_input(arguments)
+        return CustomToolCallItem(
+            status=status,
+            call_id=call_id,
+            name=named.name,
+            namespace=named.namespace,
+            input=given,
+            **ids,
+        )
+    return FunctionCallItem(
+        status=status,
+        call_id=call_id,
+        name=named.name,
+        namespace=named.namespace,
+        arguments=arguments,
+        **ids,
+    )
 
 
 def finished(
@@ -321,20 +414,24 @@ def response_usage(usage: Usage | None) -> ResponseUsage:
     return ResponseUsage.of(usage.prompt_tokens, usage.completion_tokens, cached)
 
 
-def output_messages(output: list[OutputItem]) -> list[dict[str, Any]]:
+def output_messages(output: list[OutputItem], tools: ToolMap) -> list[dict[str, Any]]:
     """The output items as the chat messages a later turn continues from."""
     text = "".join(
         part.text for item in output if isinstance(item, OutputMessage) for part in item.content
     )
-    calls = [
-        {
-            "id": i.call_id,
-            "type": "function",
-            "function": {"name": i.name, "arguments": i.arguments},
-        }
-        for i in output
-        if isinstance(i, FunctionCallItem)
-    ]
+    calls = []
+    for item in output:
+        if isinstance(item, FunctionCallItem | CustomToolCallItem):
+            flat = tools.flat(item.name, item.namespace)
+            arguments = (
+                item.arguments
+                if isinstance(item, FunctionCallItem)
+                else custom_arguments(item.input)
+            )
+            function = {"name": flat, "arguments": arguments}
+            calls.append({"id": item.call_id, "type": "function", "function": function})
+    if not text and not calls:  # nothing said (no generation): nothing to continue from
+        return []
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         message["tool_calls"] = calls
@@ -343,6 +440,11 @@ def output_messages(output: list[OutputItem]) -> list[dict[str, Any]]:
 
 def dump_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json", exclude_none=True) for m in messages]
+
+
+def new_items(given: str | list[InputItem]) -> list[dict[str, Any]]:
+    """``given`` as a conversation keeps them: typed, content as parts, each with an id."""
+    return input_items(given, f"resp_{uuid.uuid4().hex}")
 
 
 def input_items(given: str | list[InputItem], response_id: str) -> list[dict[str, Any]]:
@@ -369,4 +471,12 @@ def input_items(given: str | list[InputItem], response_id: str) -> list[dict[str
     return items
 
 
-_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+_ITEM_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "reasoning": "rs",
+    "compaction": "cmp",
+}

@@ -130,6 +130,7 @@ class ChatCompletionRequest(RequestModel):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     user: str | None = None
+    reasoning_effort: str | None = None
 
     def output_limit(self) -> int | None:
         """``max_completion_tokens`` wins over the deprecated ``max_tokens``."""
@@ -149,6 +150,7 @@ class AssistantMessage(ResponseModel):
     content: str | None = None
     refusal: str | None = None
     tool_calls: Omitted[list[ToolCall]] = None
+    reasoning_content: Omitted[str] = None
 
 
 class ChatLogprobs(ResponseModel):
@@ -197,6 +199,7 @@ class ChoiceDelta(ResponseModel):
     role: Omitted[Literal["assistant"]] = None
     content: Omitted[str] = None
     tool_calls: Omitted[list[ToolCallDelta]] = None
+    reasoning_content: Omitted[str] = None
 
 
 class ChunkChoice(ResponseModel):

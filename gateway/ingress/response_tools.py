@@ -1,0 +1,173 @@
+"""The tools of a Responses request as a chat upstream sees them, and the way back.
+
+- ``function`` tools map one to one.
+- ``custom`` (free-form) tools become a function with one string parameter, ``input``;
+  the model's call comes back as a ``custom_tool_call`` item whose ``input`` is that
+  string. Their ``format`` (a Lark or regex grammar) is described to the model in words
+  only: chat upstreams take JSON schemas, not Lark grammars.
+- ``namespace`` tools are flattened: each inner tool is offered as
+  ``<namespace>__<name>`` (a name OpenAI's function-name rules accept), and a call of it
+  comes back with its ``namespace`` and its own ``name``.
+- ``additional_tools`` input items add their tools to the request's.
+- Hosted tools (``web_search``, ``file_search``, ``code_interpreter``...) run only on
+  OpenAI's own servers: under the ``drop`` setting they are left out and the answer's
+  ``x-shunter-dropped`` header names each one (``tools[1]=web_search``); under ``refuse``
+  the request is a 400 naming ``tools[i].type``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gateway.errors import InvalidRequestError
+from gateway.protocol.responses import FunctionTool, InputItem
+
+HostedTools = Literal["drop", "refuse"]
+_CLIENT_TOOLS = ("function", "custom", "namespace")
+_SEPARATOR = "__"
+
+
+@dataclass(frozen=True)
+class ToolName:
+    """What a flat (upstream) tool name stands for."""
+
+    name: str
+    namespace: str | None = None
+    custom: bool = False
+
+
+@dataclass
+class ToolMap:
+    """The request's tools for the upstream (``chat``) and what each flat name means;
+    ``dropped``: the hosted tools left out, as ``tools[i]=type``."""
+
+    chat: list[dict[str, Any]] = field(default_factory=list)
+    names: dict[str, ToolName] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+
+    def flat(self, name: str, namespace: str | None) -> str:
+        """The upstream name of ``name`` in ``namespace``."""
+        return f"{namespace}{_SEPARATOR}{name}" if namespace else name
+
+    def of(self, flat: str) -> ToolName:
+        """What the upstream's ``flat`` name stands for (itself when it is not known)."""
+        return self.names.get(flat) or ToolName(flat)
+
+
+def tool_map(
+    tools: list[FunctionTool] | None, given: str | list[InputItem], hosted: HostedTools
+) -> ToolMap:
+    """The tools of ``tools`` and of ``additional_tools`` items in ``given``."""
+    mapped = ToolMap()
+    for i, tool in enumerate(tools or ()):
+        _add(mapped, tool, f"tools[{i}]", hosted, None)
+    if not isinstance(given, str):
+        for i, item in enumerate(given):
+            if item.type == "additional_tools":
+                for j, tool in enumerate(item.tools or ()):
+                    _add(mapped, tool, f"input[{i}].tools[{j}]", hosted, None)
+    return mapped
+
+
+def _add(
+    mapped: ToolMap, tool: FunctionTool, where: str, hosted: HostedTools, namespace: str | None
+) -> None:
+    if tool.type not in _CLIENT_TOOLS:
+        if hosted == "refuse" or namespace is not None:
+            raise InvalidRequestError(
+                f"Tools of type '{tool.type}' run only on OpenAI's servers and are not "
+                "supported by this gateway; use function or custom tools.",
+                param=f"{where}.type",
+            )
+        mapped.dropped.append(f"{where}={tool.type}")
+        return
+    if not tool.name:
+        raise InvalidRequestError("Missing required parameter: 'name'.", param=f"{where}.name")
+    if tool.type == "namespace":
+        if namespace is not None:
+            raise InvalidRequestError("Namespaces do not nest.", param=f"{where}.type")
+        for j, inner in enumerate(tool.tools or ()):
+            _add(mapped, inner, f"{where}.tools[{j}]", hosted, tool.name)
+        return
+    flat = mapped.flat(tool.name, namespace)
+    custom = tool.type == "custom"
+    mapped.names[flat] = ToolName(tool.name, namespace, custom)
+    function = _custom_function(tool) if custom else _function(tool)
+    mapped.chat.append({"type": "function", "function": {**function, "name": flat}})
+
+
+def _function(tool: FunctionTool) -> dict[str, Any]:
+    function: dict[str, Any] = {}
+    if tool.description is not None:
+        function["description"] = tool.description
+    if tool.parameters is not None:
+        function["parameters"] = tool.parameters
+    if tool.strict is not None:
+        function["strict"] = tool.strict
+    return function
+
+
+def _custom_function(tool: FunctionTool) -> dict[str, Any]:
+    """A free-form tool as a function of one string; its grammar, if any, described."""
+    about = "The tool's whole input, as free-form text."
+    fmt = tool.format or {}
+    if fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
+        about += f" It must follow this {fmt.get('syntax', '')} grammar:\n{fmt['definition']}"
+    parameters = {
+        "type": "object",
+        "properties": {"input": {"type": "string", "description": about}},
+        "required": ["input"],
+        "additionalProperties": False,
+    }
+    function: dict[str, Any] = {"parameters": parameters}
+    if tool.description is not None:
+        function["description"] = tool.description
+    return function
+
+
+def custom_input(arguments: str) -> str:
+    """The free-form input in a custom tool's call arguments (``{"input": ...}``); the
+    arguments themselves when the model wrote something else."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(parsed, dict) and isinstance(parsed.get("input"), str):
+        return str(parsed["input"])
+    return arguments
+
+
+def custom_arguments(given: str) -> str:
+    """A custom tool call's input as the arguments of its function (history)."""
+    return json.dumps({"input": given}, ensure_ascii=False)
+
+
+def chat_tool_choice(choice: str | dict[str, Any], mapped: ToolMap) -> Any:
+    """``tool_choice`` for the upstream: a named function or custom tool, by its flat name."""
+    if isinstance(choice, str):
+        return choice
+    name = choice.get("name")
+    if choice.get("type") in ("function", "custom") and isinstance(name, str):
+        namespace = choice.get("namespace")
+        flat = mapped.flat(name, namespace if isinstance(namespace, str) else None)
+        return {"type": "function", "function": {"name": flat}}
+    raise InvalidRequestError(
+        "tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", "
+        '"name": ...}.',
+        param="tool_choice",
+    )
+
+
+def tool_echo(tools: Iterable[FunctionTool]) -> list[dict[str, Any]]:
+    """The request's tools as the response object lists them."""
+    echoed = []
+    for tool in tools:
+        if tool.type == "function":
+            keys = ("name", "description", "parameters", "strict")
+            echoed.append({"type": "function", **{k: getattr(tool, k) for k in keys}})
+        else:
+            echoed.append(tool.model_dump(mode="json", exclude_none=True))
+    return echoed
