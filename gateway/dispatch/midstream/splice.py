@@ -208,48 +208,90 @@ def _limit(request: ChatCompletionRequest | CompletionRequest) -> int | None:
 
 
 class Overlap:
-    """Holds the start of a user-turn continuation until it is clear how much of it repeats
-    the end of the delivered text, then drops that much.
+    """Holds the start of a user-turn continuation until it is clear where in the delivered
+    text it begins, then drops what it repeats.
 
-    A repeat counts from ``min_chars`` characters on, and only when it starts where a word
-    of the delivered text does: a continuation ``"and ..."`` after ``"... a"`` is new text,
-    ``"France ..."`` after ``"... Fra"`` repeats three characters."""
+    A model asked to continue a quoted answer may start again at the cut, a little before
+    it, or from the top. Every word start of the delivered text is a place the answer may
+    have restarted from; the held text is matched against each at once, and nothing goes
+    out while one of them is still a possible restart. When the held text has run past the
+    end of the delivered text from one of them, that repeat (the longest, when several) is
+    dropped. A repeat of the end counts from ``min_chars`` characters on: a continuation
+    ``"and ..."`` after ``"... a"`` is new text, ``"France ..."`` after ``"... Fra"``
+    repeats three; the whole delivered text said again is a restart at any length.
 
-    def __init__(self, delivered: str, window: int = 200, min_chars: int = 3) -> None:
-        self._tail = delivered[-window:]
-        self._whole = len(delivered) <= window
+    An answer that restarted from the top and then says something else (``restart_chars``
+    characters alike, then not) is no continuation of what the client has: ``feed``
+    raises :class:`ResumeDivergedError`, which ends the stream with the in-band error."""
+
+    def __init__(self, delivered: str, min_chars: int = 3, restart_chars: int = 24) -> None:
+        self._text = delivered
         self._min = min_chars
+        self._restart = restart_chars
         self._held = ""
-        self.done = not self._tail
+        last = len(delivered) - min_chars
+        # the whole text said again is a restart however short it is
+        self._open = [p for p in range(max(1, last + 1)) if self._word_start(p)]
+        self._repeats: list[int] = []  # starts whose whole rest the held text repeats
+        self._top = 0  # characters the held text matched from the top, once it stopped
+        self.done = not self._open
 
     def feed(self, text: str) -> str:
         """What of ``text`` may be sent now."""
         if self.done:
             return text
+        matched = len(self._held)
         self._held += text
-        tail, held = self._tail, self._held
-        # while the answer so far could still be the start of a longer repeat, wait
-        if any(tail[p:].startswith(held) for p in range(len(tail) - len(held))):
-            return ""
-        return self.flush()
+        still = []
+        for start in self._open:
+            at = start + matched  # where in the delivered text ``text`` would go on
+            rest = len(self._text) - at
+            if rest <= len(text):
+                if text.startswith(self._text[at:]):
+                    self._repeats.append(start)
+            elif self._text.startswith(text, at):
+                still.append(start)
+            elif start == 0:
+                self._top = matched + _common(text, self._text[at : at + len(text)])
+        self._open = still
+        return "" if still else self._decide()
 
     def flush(self) -> str:
-        """Decide with what is held (the answer ended or a chunk must go out)."""
+        """Decide with what is held: the answer ended, or a chunk must go out. An answer
+        that ends while still repeating the delivered text added nothing to it."""
         if self.done:
             return ""
+        if self._open and len(self._held) >= self._min:
+            self.done = True
+            return ""
+        return self._decide()
+
+    def _decide(self) -> str:
         self.done = True
-        held, tail = self._held, self._tail
-        for size in range(min(len(tail), len(held)), self._min - 1, -1):
-            start = len(tail) - size
-            if held.startswith(tail[start:]) and self._word_start(start):
-                return held[size:]
+        held = self._held
+        if self._repeats:
+            return held[len(self._text) - min(self._repeats) :]
+        if self._top >= min(self._restart, len(self._text)):
+            raise ResumeDivergedError(
+                "the continuation started the answer again and then departed from it"
+            )
         return held
 
     def _word_start(self, start: int) -> bool:
-        tail = self._tail
+        text = self._text
         if start == 0:
-            return self._whole or tail[0].isspace()
-        return tail[start - 1].isspace() or tail[start].isspace()
+            return True
+        return text[start - 1].isspace() or text[start].isspace()
+
+
+def _common(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` share."""
+    size = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        size += 1
+    return size
 
 
 # --- the continuation's chunks, as the first stream's ---------------------------------------

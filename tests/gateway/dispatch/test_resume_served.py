@@ -191,6 +191,21 @@ def test_a_deployment_declared_without_prefill_gets_a_user_turn_at_once(
     assert asked.body["model"] == "up-q" and asked.body["messages"][-1]["role"] == "user"
 
 
+@pytest.mark.parametrize("restart", [0, 20, 99])  # the top, mid-way, at the cut
+@pytest.mark.parametrize("model", ["refusing", "declared"])
+def test_a_user_turn_answer_that_starts_again_is_trimmed_wherever_it_starts(
+    client: OpenAI, ups: Upstreams, model: str, restart: int
+) -> None:
+    # a long answer: the delivered text (45 words, ~300 characters) is longer than any
+    # fixed window a trimmer could look back over
+    ups.a.queue.append("chunks:60,cut:45")
+    fault = f"chunks:60,restart:{restart}"
+    ups.n.queue.extend([f"noprefill,{fault}"] * 2)  # the prefill (refused), then the user turn
+    ups.b.queue.append(fault)
+    chunks = list(client.chat.completions.create(model=model, messages=HELLO, stream=True))
+    assert stream_text(chunks) == "".join(f"word{i} " for i in range(60))
+
+
 @pytest.mark.parametrize("model", ["no-resume", "alone"])
 def test_without_a_resume_the_client_gets_the_in_band_error(
     client: OpenAI, ups: Upstreams, model: str

@@ -8,6 +8,8 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.dispatch.midstream.splice import (
     Delivered,
@@ -95,6 +97,9 @@ def test_the_continuation_request_in_each_form() -> None:
         ("it is a", ["and more"], "and more"),  # a one-letter coincidence is new text
         ("ends here.", [" Next", " one"], " Next one"),  # nothing repeated
         ("abc", ["ab"], "ab"),  # ended while it could still have been a repeat
+        ("one two three four ", ["one two ", "three four five"], "five"),  # from the top
+        ("one two three four ", ["two three", " four five"], "five"),  # from the middle
+        ("one two three", ["one two"], ""),  # ended still repeating: nothing new
     ],
 )
 def test_the_overlap_a_user_turn_answer_repeats_is_trimmed(
@@ -215,3 +220,74 @@ def test_a_continuation_that_departs_from_a_call_sent_is_refused(chunks: list[di
     with pytest.raises(ResumeDivergedError) as info:
         _spliced(delivered, chunks)
     assert info.value.code == "resume_diverged" and not info.value.counts_as_failure
+
+
+def test_an_answer_started_again_that_departs_from_the_text_is_refused() -> None:
+    delivered = "The gateway routes each request to the first healthy candidate "
+    trim = Overlap(delivered)
+    assert trim.feed("The gateway routes each request to ") == ""
+    with pytest.raises(ResumeDivergedError):
+        trim.feed("a random candidate.")
+
+
+# words as in prose: no word said twice (here: no two start alike, no letter twice in one),
+# so an answer has one reading; a text that repeats itself can be read several ways
+WORDS = st.lists(
+    st.permutations("abcdefghijklmnopqrst").map(lambda letters: "".join(letters[:5])),
+    min_size=2,
+    max_size=20,
+    unique_by=lambda word: word[0],
+)
+
+
+@st.composite
+def cut_and_restart(draw: st.DrawFn) -> tuple[str, int, int, list[int]]:
+    """An answer of distinct words, where it was cut, where the fallback's answer starts
+    (a word start at or before the cut, or the cut itself) and how it is chunked. A restart
+    one or two characters before the cut reads as new text ("it is a" then "and"): those
+    few characters cannot tell a repeat from a word that starts alike."""
+    original = " ".join(draw(WORDS)) + "."
+    cut = draw(st.integers(1, len(original) - 1))
+    spaces = [i + 1 for i, ch in enumerate(original[:cut]) if ch == " "]
+    starts = [0, cut] + [at for at in spaces if cut - at >= 3]
+    restart = draw(st.sampled_from(sorted(set(starts))))
+    sizes = draw(st.lists(st.integers(1, 12), min_size=1, max_size=60))
+    return original, cut, restart, sizes
+
+
+def _pieces(text: str, sizes: list[int]) -> list[str]:
+    pieces, at = [], 0
+    for size in sizes * (len(text) // len(sizes) + 1):
+        if at >= len(text):
+            break
+        pieces.append(text[at : at + size])
+        at += size
+    return pieces
+
+
+@given(cut_and_restart())
+@settings(max_examples=400, deadline=None)
+def test_any_cut_and_any_restart_gives_the_text_exactly_once_or_the_error(
+    case: tuple[str, int, int, list[int]],
+) -> None:
+    original, cut, restart, sizes = case
+    delivered = Delivered(id="c1", created=7, model="pub", parts=[original[:cut]], tokens=1)
+    answer = [_chunk(p) for p in _pieces(original[restart:], sizes)]
+    answer.append(_chunk(None, "stop"))
+    try:
+        out = _spliced_with_trim(delivered, answer)
+    except ResumeDivergedError:
+        return  # the in-band error: allowed, never a glued answer
+    sent = "".join(c.choices[0].delta.content or "" for c in out if c.choices)
+    assert original[:cut] + sent == original
+
+
+def _spliced_with_trim(delivered: Delivered, chunks: list[dict]) -> list[ChatCompletionChunk]:
+    splice = Splice(delivered, lambda own, tokens: Usage.of(1, tokens), Overlap(delivered.text))
+    first, *rest = chunks
+
+    async def run() -> list[ChatCompletionChunk]:
+        head = ChatCompletionChunk.model_validate(first)
+        return [c async for c in splice.chunks(head, _source(rest))]  # type: ignore[misc]
+
+    return asyncio.run(run())
