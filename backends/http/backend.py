@@ -9,6 +9,7 @@ probe asks (:attr:`HTTPBackend.health_path`), and adds its own requests and answ
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from abc import abstractmethod
 from collections.abc import AsyncIterator
@@ -24,8 +25,18 @@ from backends.http.redact import Redactor
 from backends.http.settings import HTTPDeploymentSettings, read_api_key
 from backends.http.sse import FrameBatches
 from backends.http.upstream import Upstream, make_upstream, probe
+from gateway.errors import GatewayError
+from gateway.protocol import ChatCompletionRequest, ChatMessage
 
 S = TypeVar("S", bound=HTTPDeploymentSettings)
+PROBE_TEXT = "Reply with OK."
+
+
+def probe_request() -> ChatCompletionRequest:
+    """What a health probe asks a chat deployment: one token, the least work that proves
+    its chat endpoint answers."""
+    message = ChatMessage(role="user", content=PROBE_TEXT)
+    return ChatCompletionRequest(model="health-probe", messages=[message], max_tokens=1)
 
 
 class HTTPBackend(Backend, Generic[S]):
@@ -72,11 +83,28 @@ class HTTPBackend(Backend, Generic[S]):
 
     async def health(self, timeout_s: float) -> bool | None:
         """A background probe while the breaker is open: ``GET health_path`` (by default
-        :attr:`health_path`); ``None`` when probes are off or the upstream cannot tell."""
+        :attr:`health_path`), then, unless that says down, the smallest chat request (one
+        token), since an upstream can list its models while its chat endpoint fails.
+        ``None`` when probes are off or the upstream cannot tell."""
         if self._upstream is None or not self._settings.health_check:
             return None
         path = self._settings.health_path or self.health_path
-        return await probe(self._upstream, path, timeout_s)
+        listed = await probe(self._upstream, path, timeout_s)
+        if listed is False or not self.capabilities.chat:
+            return listed
+        return await self._answers(timeout_s)
+
+    async def _answers(self, timeout_s: float) -> bool:
+        """Does a one-token chat request get an answer? A refusal the request caused (a
+        4xx) is an answer too: the deployment is up."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.chat(probe_request())
+        except GatewayError as exc:
+            return not exc.counts_as_failure
+        except TimeoutError:
+            return False
+        return True
 
     async def _post(self, path: str, body: dict[str, Any]) -> bytes:
         """POST ``body`` as JSON, counted in flight; the answer's bytes."""

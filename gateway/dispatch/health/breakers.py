@@ -6,8 +6,9 @@ open for a cooldown: ``cooldown_s`` the first time, doubled on each re-opening, 
 ``max_cooldown_s``. Then it is half-open: one request may try (the trial); success closes it
 and resets the cooldown, failure opens it again. While it is open, a background health
 probe (:mod:`gateway.dispatch.health.probing`) that succeeds makes it half-open at once, so a
-recovered deployment is tried again without waiting for the cooldown. Probes only ever
-shorten a cooldown: a failed probe changes nothing.
+recovered deployment is tried again without waiting for the cooldown; one that fails
+starts the cooldown again, so while probes keep failing no client request is spent on a
+trial.
 
 ::
 
@@ -97,6 +98,13 @@ class CircuitBreaker:
         next request is the trial."""
         if self.state == "open":
             self.open_until = self.clock()
+
+    def probe_failed(self) -> None:
+        """A background probe (a real request, as a trial would be) failed: the cooldown
+        starts again, so no client request is the next to find the deployment down."""
+        if self.state == "open" and self.openings:
+            cooldown = min(self.cooldown_s * 2 ** (self.openings - 1), self.max_cooldown_s)
+            self.open_until = max(self.open_until, self.clock() + cooldown)
 
     def record_abandoned(self) -> None:
         """The request went away before an outcome: free a half-open trial."""

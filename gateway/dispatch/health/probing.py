@@ -5,12 +5,14 @@ Every ``probe_interval_s`` each deployment whose breaker is open gets one cheap 
 recovery is seen without spending a user request on it:
 
 * a backend with a ``health(timeout_s)`` method answers for itself (the OpenAI-compatible
-  and Anthropic backends ``GET`` their ``health_path``, by default the model list);
+  and Anthropic backends ``GET`` their ``health_path``, by default the model list, then
+  send a one-token chat request: a model list can answer while chat fails);
 * any other backend (an in-process engine) is judged by its own state: healthy unless its
   engine reports a stall.
 
 A probe that succeeds makes the breaker half-open at once (the next request is the trial);
-a failed or inconclusive one changes nothing, so probes only ever shorten a cooldown.
+one that fails is the failed trial and starts the cooldown again, so during an outage no
+client request reaches the deployment; an inconclusive one changes nothing.
 With several replicas, :attr:`Prober.claim` (set by :mod:`gateway.dispatch.health.sharing`) lets
 one replica probe each deployment per interval, and :attr:`Prober.on_pass` tells the others.
 """
@@ -96,6 +98,8 @@ class Prober:
         timeout_s = min(self.interval_s or MAX_PROBE_TIMEOUT_S, MAX_PROBE_TIMEOUT_S)
         result = await probe(backend, timeout_s)
         breaker.probes[result] += 1
+        if result == "unhealthy":
+            breaker.probe_failed()
         if result != "healthy" or breaker.state != "open":
             return
         breaker.probe_passed()

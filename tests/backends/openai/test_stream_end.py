@@ -130,7 +130,7 @@ async def test_upstream_param_and_code_survive(backend: OpenAICompatBackend) -> 
 async def test_health_probes_the_model_list(
     backend: OpenAICompatBackend, upstream: FaultUpstream
 ) -> None:
-    seen = len(upstream.probes)
+    seen, chats = len(upstream.probes), len(upstream.chat_probes)
     assert await backend.health(1.0) is True
     upstream.default_fault = "503"
     try:
@@ -138,11 +138,12 @@ async def test_health_probes_the_model_list(
     finally:
         upstream.default_fault = None
     assert len(upstream.probes) == seen + 2
+    assert len(upstream.chat_probes) == chats + 1  # the model list up: chat asked too; down: not
     elsewhere = make_backend(upstream.url, health_path="health")  # not served there: 404
     off = make_backend(upstream.url, health_check=False)
-    for b in (elsewhere, off):
+    for b, expected in ((elsewhere, True), (off, None)):  # the list cannot tell: chat does
         await b.start()
         try:
-            assert await b.health(1.0) is None
+            assert await b.health(1.0) is expected
         finally:
             await b.aclose()

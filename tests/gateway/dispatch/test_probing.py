@@ -45,7 +45,7 @@ async def test_only_open_deployments_are_probed_and_a_pass_half_opens() -> None:
     await prober.round()
     assert (up.probed, down.probed, closed.probed) == (1, 1, 0)
     assert breakers["up"].state == "half_open"
-    assert breakers["down"].state == "open"  # a failed probe changes nothing
+    assert breakers["down"].state == "open"  # a failed probe keeps it open
     assert breakers["up"].probes == {"healthy": 1} and breakers["down"].probes == {"unhealthy": 1}
     await prober.round()
     assert up.probed == 1  # half-open: the next request is the trial, no more probes
