@@ -26,9 +26,11 @@ error). llama.cpp engines of one process continue from the very tokens an unfini
 answer was decoded as (:mod:`backends.llamacpp.continued`).
 
 The continuation's chunks are rewritten into the first stream's (:class:`Splice`): same
-``id``, ``created`` and ``model``, no second ``role``; its usage counts the prompt once and
-every delivered token once, and lists each resume (where, why, the continuation's own
-prompt tokens) under ``usage.resumed``. An SSE comment line (which SDKs ignore) marks the
+``id``, ``created`` and ``model``, no second ``role``; its usage counts every prompt an
+upstream was sent (the original one and each continuation's, by the upstreams' own counts
+where they gave them) and every produced token once, each charged at its deployment's
+price, and lists each resume (where, why, the continuation's own usage) under
+``usage.resumed``. An SSE comment line (which SDKs ignore) marks the
 resume point, the access log line says ``resumed`` and ``shunter_resumes_total`` counts
 them. Only when no candidate can continue does the client get the in-band error frame.
 
@@ -90,10 +92,12 @@ Opened = tuple[Candidate, Form, Chunk, AsyncIterator[Chunk], Attempt]
 
 @dataclass
 class _Segment:
-    """One deployment's part of a resumed answer, for its price."""
+    """One deployment's part of a resumed answer, for its price: the tokens it delivered
+    and the prompt it was sent (``None``: the original prompt, the first's)."""
 
     price: Price | None
     tokens: int
+    prompt: int | None = None
 
 
 class Resume:
@@ -126,6 +130,7 @@ class Resume:
         # candidates the request already left before its first byte are not asked again
         self._tried = {opened.candidate.settings.name, *(name for name, _ in routing.trail.left)}
         self._prompt = routing.request.prompt_tokens
+        self._asked = 0  # the prompt the continuation under way was sent
         self._segments: list[_Segment] = []
         self._base_tokens = 0  # delivered tokens at the last resume
         self.records: list[dict[str, Any]] = []
@@ -177,8 +182,12 @@ class Resume:
         await _aclose(stream)
         failed.breaker.record_failure()
         attempt.finish(None, failed=True)
-        self._segments.append(_Segment(failed.settings.price, delivered.tokens - self._base_tokens))
+        produced = delivered.tokens - self._base_tokens
+        asked = self._asked if self._segments else None
+        self._segments.append(_Segment(failed.settings.price, produced, asked))
         self._base_tokens = delivered.tokens
+        if delivered.prompt_tokens and len(self._segments) == 1:
+            self._prompt = delivered.prompt_tokens  # the first upstream's own count
         why = delivered.unresumable(self._request)
         if why is not None:
             self._count(failed, cause, "unresumable")
@@ -187,6 +196,7 @@ class Resume:
         left = left_to_generate(self._request, delivered)
         if left is not None and left <= 0:
             at_limit = self._at_limit(delivered)
+            self._asked = 0  # nothing more is asked of anyone
             return self._spliced(failed, cause, "text", delivered, at_limit), attempt
         self._span_facts = {
             "shunter.resume.after": failed.settings.name,
@@ -198,6 +208,7 @@ class Resume:
             self._count(failed, cause, "failed")
             return None
         candidate, form, first, rest, tracked = opened
+        self._asked = self._prompt + delivered.tokens  # until it reports its own count
         self._left -= 1
         self._current = candidate
         stream = self._spliced(failed, cause, form, delivered, (first, rest))
@@ -205,13 +216,14 @@ class Resume:
         return stream, tracked
 
     def cost(self, usage: Usage | None) -> float | None:
-        """What the whole answer costs, each deployment's part at its price (the prompt
-        once, at the first's); ``None`` when the stream was never resumed."""
+        """What the whole answer costs: each deployment's prompt and the tokens it
+        delivered at its price; ``None`` when the stream was never resumed."""
         if not self.records or usage is None:
             return None
-        first, *rest = self._segments
-        total = cost_usd(first.price, usage.prompt_tokens, first.tokens)
-        return total + sum(cost_usd(s.price, 0, s.tokens) for s in rest)
+        return sum(
+            cost_usd(s.price, self._prompt if s.prompt is None else s.prompt, s.tokens)
+            for s in self._segments
+        )
 
     def _delivered(self) -> Delivered:
         if self._translator is not None:
@@ -353,17 +365,24 @@ class Resume:
             completion = own.completion_tokens if own is not None else tokens
             prompt = own.prompt_tokens if own is not None else None
             record.update(prompt_tokens=prompt, completion_tokens=completion)
-            if prompt and form == "prefill" and len(self.records) == 1:
+            if (
+                prompt
+                and form == "prefill"
+                and len(self.records) == 1
+                and not delivered.prompt_tokens
+            ):
                 # the continuation's prompt is the original one plus the delivered text,
                 # counted by the deployment's own tokenizer: better than an estimate
                 self._prompt = max(1, prompt - delivered.tokens)
-            self._segments.append(_Segment(self._current.settings.price, completion))
+            asked = self._asked if prompt is None else prompt
+            self._segments.append(_Segment(self._current.settings.price, completion, asked))
             total = delivered.tokens + completion
+            prompts = self._prompt + sum(s.prompt or 0 for s in self._segments)
             return Usage.model_validate(
                 {
-                    "prompt_tokens": self._prompt,
+                    "prompt_tokens": prompts,
                     "completion_tokens": total,
-                    "total_tokens": self._prompt + total,
+                    "total_tokens": prompts + total,
                     "resumed": [dict(r) for r in self.records],
                 }
             )

@@ -70,6 +70,8 @@ class Delivered:
     """The tool calls under way, by index: their arguments as far as they were sent."""
     reasoning: bool = False
     choices: int = 1
+    prompt_tokens: int | None = None
+    """The upstream's own count of the prompt, when a chunk sent so far carried one."""
 
     @property
     def text(self) -> str:
@@ -80,6 +82,9 @@ class Delivered:
         self.id = self.id or chunk.get("id")
         self.created = self.created or chunk.get("created")
         self.model = self.model or chunk.get("model")
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            self.prompt_tokens = usage["prompt_tokens"]
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue

@@ -1,5 +1,6 @@
-"""A resumed answer is billed once: a real `shunter serve` with a budgeted key in a real
-redis-server, a first upstream cut mid-answer, a second one that continues it."""
+"""A resumed answer is billed for what each upstream did: a real `shunter serve` with a
+budgeted key in a real redis-server, a first upstream cut mid-answer, a second one that
+continues it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from openai import OpenAI
 from gateway.admission.keys import KeyRing
 from gateway.state.redis import RedisStateStore
 from tests.conftest import Server, start_server, stop_server
-from tests.fixtures.fault_upstream import CHUNKS, FaultUpstream
+from tests.fixtures.fault_upstream import CHUNKS, FaultUpstream, prompt_tokens_of
 from tests.redis_server import RedisServer, start_redis
 
 HELLO = [{"role": "user", "content": "hi"}]
@@ -75,9 +76,9 @@ def spent(setup: Setup) -> float:
     return asyncio.run(read())
 
 
-def test_a_resumed_answer_is_charged_once(setup: Setup) -> None:
+def test_a_resumed_answer_is_charged_what_both_upstreams_did(setup: Setup) -> None:
     setup.a.queue.append("cut:5")
-    before = spent(setup)
+    before, seen = spent(setup), len(setup.b.requests)
     with OpenAI(base_url=setup.gateway.api, api_key=setup.key, max_retries=0) as client:
         chunks = list(
             client.chat.completions.create(
@@ -88,9 +89,14 @@ def test_a_resumed_answer_is_charged_once(setup: Setup) -> None:
     assert usage is not None and usage.completion_tokens == CHUNKS
     (resumed,) = (usage.model_extra or {})["resumed"]
     assert (resumed["after_tokens"], resumed["completion_tokens"]) == (5, CHUNKS - 5)
-    # the prompt once at a's price, each delivered token once at the price of the
-    # deployment that produced it; b's prompt (the original one plus a's five tokens) is
-    # the gateway's cost of the resume, not the client's
-    expected = (usage.prompt_tokens * A_IN + 5 * A_OUT + (CHUNKS - 5) * B_OUT) / 1e6
+    # b's prompt (the original one plus a's five tokens) as b counted and reported it
+    (asked,) = setup.b.requests[seen:]
+    b_prompt = prompt_tokens_of(asked.body)
+    assert resumed["prompt_tokens"] == b_prompt
+    # a was cut before it reported usage: its prompt is b's count less the five tokens
+    a_prompt = b_prompt - 5
+    assert usage.prompt_tokens == a_prompt + b_prompt
+    # each upstream's prompt and the tokens it delivered, at its own price
+    expected = (a_prompt * A_IN + 5 * A_OUT + b_prompt * B_IN + (CHUNKS - 5) * B_OUT) / 1e6
     assert spent(setup) - before == pytest.approx(expected)
     assert f'"cost_usd": {round(expected, 8)}' in setup.gateway.log()
