@@ -103,6 +103,13 @@ class ModelRoute(BaseModel):
         "candidate",
     )
     max_resumes: int = Field(default=1, ge=1, le=5, description="continuations of one stream")
+    retry_after_wait_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="a 429/503 asking to wait this long or less is waited out rather than "
+        "moving to a candidate of another model or a dearer one",
+    )
     cache: CacheRule | None = None
     hosted_tools: Literal["drop", "refuse"] | None = Field(
         default=None,

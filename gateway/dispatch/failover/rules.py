@@ -30,6 +30,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar, get_args, overload
 
+from backends.base import Price
 from gateway.admission.limits import DeploymentLimitedError
 from gateway.config import ReliabilitySettings
 from gateway.dispatch.failover.attempts import Candidate, all_cooling_down, attempt_once
@@ -146,6 +147,9 @@ class Routing:
     hedge: Hedge | None = None
     trail: Trail = field(default_factory=Trail)
     context_fallback: bool = True
+    retry_after_wait_s: float = 0.0
+    """A busy deployment asking to wait this long or less is waited for rather than left
+    for a candidate of another model or a dearer one."""
 
 
 @dataclass(frozen=True)
@@ -245,7 +249,7 @@ class _Run(Generic[T]):
                     return None
                 if not exc.counts_as_failure:
                     raise
-                if not self._retry_here(exc, rest) or retry == settings.retries:
+                if not self._retry_here(candidate, exc, rest) or retry == settings.retries:
                     return None
                 delay = backoff_delay(retry, exc.retry_after, settings)
                 if delay > settings.max_retry_after_s:
@@ -253,15 +257,27 @@ class _Run(Generic[T]):
                 await asyncio.sleep(max(delay, spacing_delay(started, time.monotonic())))
         return None
 
-    def _retry_here(self, exc: GatewayError, rest: Sequence[Candidate]) -> bool:
+    def _retry_here(
+        self, candidate: Candidate, exc: GatewayError, rest: Sequence[Candidate]
+    ) -> bool:
         """Whether a failed deployment gets another try, or the request moves on now."""
         if isinstance(exc, UpstreamTimeoutError):
             return False  # it used up its time once; the next candidate gets the rest
         if exc.should_retry is False:
             return False  # our credentials, a spent quota: another try cannot help
-        if self.cause in _BUSY:  # leave a busy deployment to a candidate free now
-            return not any(c.breaker.state != "open" and self._fits(c) for c in rest)
+        if self.cause in _BUSY:  # leave a busy deployment to a candidate free now...
+            free = next((c for c in rest if c.breaker.state != "open" and self._fits(c)), None)
+            return free is None or self._worth_waiting(candidate, exc, free)
         return True
+
+    def _worth_waiting(self, busy: Candidate, exc: GatewayError, free: Candidate) -> bool:
+        """...unless it asks for a short wait and the free one would change the answer's
+        model or its price: a client is not moved to a costlier model for a pause."""
+        wait = exc.retry_after
+        if wait is None or wait > self.routing.retry_after_wait_s:
+            return False
+        now, then = busy.settings, free.settings
+        return then.model != now.model or _per_token(then.price) > _per_token(now.price)
 
     def _too_long(self, candidate: Candidate, exc: GatewayError) -> None:
         """A context-length rejection: learn the limit; move on, or end the request.
@@ -315,3 +331,8 @@ class _Run(Generic[T]):
                 param=param,
             )
         return self.last
+
+
+def _per_token(price: Price | None) -> float:
+    """A price's weight for comparing two deployments: input and output together."""
+    return 0.0 if price is None else price.input_per_1m + price.output_per_1m

@@ -211,6 +211,7 @@ class Gateway:
             decision.hedge,
             trail,
             route.fallback and route.context_fallback,
+            route.retry_after_wait_s,
         )
 
     def first_choice(self, model: str) -> Backend:
