@@ -9,6 +9,10 @@ uvicorn's httptools protocol, with the bounds a careful reverse proxy would set:
   never sent a byte is closed silently);
 * a request body must arrive whole within ``body_timeout_s`` of its head (408, closed):
   a body trickled a byte at a time cannot hold its buffer for longer than that;
+* a request answered before its body arrived whole (a 401 read from its headers) is
+  answered with ``Connection: close`` and the connection ends with the answer, as after
+  any refusal: the rest of the body is discarded, never parsed, and the connection is the
+  first to go when a new one needs room, so trickled bodies cannot hold the places;
 * at most ``max_connections`` connections are open. At the cap, a new connection takes the
   place of the one idle longest (idle: no request running, whether before its first head is
   complete or between requests); when every connection has a request running, the new one
@@ -30,6 +34,7 @@ import json
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -168,6 +173,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # bytes received since the head began
         self._refused = False  # answered and closing: ignore whatever the parser still sees
         self._discarded = 0
+        self._close_after_answer = False  # answered before its body came: ends after it
         self._counted = False
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
@@ -242,6 +248,13 @@ class EdgeProtocol(HttpToolsProtocol):
             cycle.disconnected = True
             cycle.message_event.set()
         transport.write(response)
+        self._linger()
+
+    def _linger(self) -> None:
+        """The answer is written: end the connection, reading and discarding for a while
+        (the first connection to go when a new one needs room)."""
+        self._stop_timers()
+        transport = self.transport
         if transport.can_write_eof():
             transport.write_eof()
         self.loop.call_later(_LINGER_S, transport.close)
@@ -316,6 +329,8 @@ class EdgeProtocol(HttpToolsProtocol):
         if len(self.tasks) >= edge.limits.max_in_flight:
             edge.warn("in_flight_full", tasks=len(self.tasks), effect="new requests get 503")
             app = edge.busy_app
+        if cycle.more_body:  # its body is still to come: it may be answered before that
+            cycle.send = self._closing_if_unread(cycle)  # type: ignore[method-assign,assignment]
         super()._start_asgi_task(cycle, app)
 
     def handle_websocket_upgrade(self) -> None:
@@ -325,8 +340,32 @@ class EdgeProtocol(HttpToolsProtocol):
         self._stop_timers()
         super().handle_websocket_upgrade()
 
+    def _closing_if_unread(self, cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[None]]:
+        """``cycle.send``, but an answer that starts before the request's body arrived
+        whole says ``Connection: close``, and the connection ends with it (see
+        :meth:`on_response_complete`) instead of waiting for a body nobody will use."""
+        send = cycle.send
+
+        async def send_closing(message: Any) -> None:
+            if not (cycle.more_body and message["type"] == "http.response.start"):
+                await send(message)
+                return
+            headers = [*message.get("headers", ()), (b"connection", b"close")]
+            closing: Any = {**message, "headers": headers}
+            await send(closing)
+            # the header is written; the connection's end is this protocol's, not uvicorn's
+            # (which would close at once, and reset a client still sending)
+            cycle.keep_alive = True
+            self._close_after_answer = True
+
+        return send_closing
+
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self._close_after_answer and not self._refused:
+            self._refused = True  # the rest of the body is discarded, never parsed
+            self._linger()
+            return
         idle = self._in_head and not self._refused and self._between_requests()
         if idle and self._counted and not self.transport.is_closing():
             self.edge.idle[self] = None
