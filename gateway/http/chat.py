@@ -38,6 +38,10 @@ class ChatEndpoint(Endpoint[ChatCompletionRequest, ChatCompletion]):
     def facts(self, body: ChatCompletionRequest) -> RequestFacts:
         return RequestFacts.of_chat(body)
 
+    def answered_by(self, body: ChatCompletionRequest, model: str) -> ChatCompletionRequest:
+        """Answers say which model answered, as OpenAI's name the model it resolved."""
+        return body if body.model == model else body.model_copy(update={"model": model})
+
     async def whole(self, backend: Backend, body: ChatCompletionRequest) -> ChatCompletion:
         return await backend.chat(body)
 

@@ -34,6 +34,10 @@ class CompletionsEndpoint(Endpoint[CompletionRequest, Completion]):
     def facts(self, body: CompletionRequest) -> RequestFacts:
         return RequestFacts.of_completion(body)
 
+    def answered_by(self, body: CompletionRequest, model: str) -> CompletionRequest:
+        """Answers say which model answered, as OpenAI's name the model it resolved."""
+        return body if body.model == model else body.model_copy(update={"model": model})
+
     async def whole(self, backend: Backend, body: CompletionRequest) -> Completion:
         return await backend.completion(body)
 

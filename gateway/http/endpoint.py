@@ -81,6 +81,11 @@ class Endpoint(ABC, Generic[Req, Whole]):
     def facts(self, body: Req) -> RequestFacts:
         """What admission reserves for the request."""
 
+    def answered_by(self, body: Req, model: str) -> Req:
+        """``body`` as sent to a deployment whose answers say ``model`` (by default the
+        public name the client asked for is kept)."""
+        return body
+
     @abstractmethod
     async def whole(self, backend: Backend, body: Req) -> Whole:
         """The whole answer of ``backend``."""

@@ -151,10 +151,14 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
     if body.stream:
         return await _stream(admitted, endpoint, body, routed, routing_facts)
 
-    def whole(backend: Backend) -> Awaitable[Whole]:
-        return endpoint.whole(backend, body)
-
     gateway, operation = admitted.gateway, endpoint.operation
+
+    def whole(backend: Backend) -> Awaitable[Whole]:
+        return endpoint.whole(backend, endpoint.answered_by(body, answering(backend)))
+
+    def answering(backend: Backend) -> str:
+        return gateway.answering_model(backend.name)
+
     answered = await gateway.call(body.model, whole, operation, admitted.admit, routing_facts)
     result = answered.value
     admitted.facts.update(deployment=answered.deployment, route=answered.reason)
@@ -187,7 +191,8 @@ async def _stream(
     """Open the stream on the first deployment that answers; write it as it comes."""
 
     def start(backend: Backend) -> FrameStream:
-        return endpoint.stream(backend, body)
+        model = admitted.gateway.answering_model(backend.name)
+        return endpoint.stream(backend, endpoint.answered_by(body, model))
 
     started, facts = time.perf_counter(), admitted.facts
     stream = await admitted.gateway.open_stream(

@@ -178,6 +178,15 @@ class Gateway:
         await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(b.aclose() for b in self.backends.values()))
 
+    def answering_model(self, deployment: str) -> str:
+        """What ``model`` says in an answer from ``deployment``: the model its upstream is
+        asked for, or, for an engine in this process (whose ``model`` is a file), the
+        deployment's name."""
+        for settings in self.config.deployments:
+            if settings.name == deployment:
+                return settings.name if settings.in_process else settings.model
+        return deployment
+
     def model_list(self) -> ModelList:
         return ModelList(data=[Model(id=name) for name in self.config.models])
 

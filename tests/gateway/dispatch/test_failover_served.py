@@ -204,7 +204,7 @@ def test_llama_cpp_s_own_length_check_moves_on(
         model="local-first", messages=HELLO, max_tokens=4
     )
     assert short.headers["x-shunter-deployment"] == "tiny"
-    assert short.parse().model == "local-first"
+    assert short.parse().model == "tiny"  # an engine in the process: its deployment's name
     metrics = httpx.get(f"{gateway.base_url}/metrics", timeout=10).text
     series = 'shunter_fallbacks_total{cause="context_length",deployment="tiny"}'
     assert metric(metrics, series) == 1  # refused once, never resent
@@ -231,12 +231,12 @@ def test_route_header_and_metrics_after_a_rate_limited_fallback(
     assert breaker(gateway, "a") == "closed"
 
 
-def test_answers_carry_the_public_model_name(
+def test_answers_say_which_model_answered(
     gateway: Server, client: OpenAI, upstreams: tuple[FaultUpstream, FaultUpstream]
 ) -> None:
     a, _ = upstreams
     whole = client.chat.completions.with_raw_response.create(model="only-a", messages=HELLO)
-    assert whole.parse().model == "only-a"
+    assert whole.parse().model == "up-a"  # as OpenAI names the model it resolved
     assert whole.headers["x-shunter-upstream-model"] == "up-a"
     assert a.last().body["model"] == "up-a"
     chunks = list(
@@ -244,17 +244,21 @@ def test_answers_carry_the_public_model_name(
             model="only-a", messages=HELLO, stream=True, stream_options={"include_usage": True}
         )
     )
-    assert len(chunks) == CHUNKS + 1 and {c.model for c in chunks} == {"only-a"}
+    assert len(chunks) == CHUNKS + 1 and {c.model for c in chunks} == {"up-a"}
     no_usage = list(
         client.chat.completions.create(
             model="only-a", messages=HELLO, stream=True, extra_body={"x_fault": "nousage"}
         )
     )
-    assert {c.model for c in no_usage} == {"only-a"}
+    assert {c.model for c in no_usage} == {"up-a"}
     text = client.completions.create(model="only-a", prompt="say")
-    assert text.model == "only-a"
+    assert text.model == "up-a"
     streamed = list(client.completions.create(model="only-a", prompt="say", stream=True))
-    assert {c.model for c in streamed} == {"only-a"}
+    assert {c.model for c in streamed} == {"up-a"}
+    # after a fallback, the model that answered
+    upstreams[0].queue.append("503")
+    moved = client.chat.completions.with_raw_response.create(model="m", messages=HELLO)
+    assert moved.headers["x-shunter-deployment"] == "b" and moved.parse().model == "up-b"
 
 
 def test_upstream_error_fields_survive_the_relay(

@@ -87,7 +87,7 @@ def test_every_field_goes_as_sent_but_the_model(client: OpenAI, upstream: FaultU
     body = {"messages": messages(UNICODE), **KNOWN}
     reply = client.chat.completions.create(model="public-model", extra_body=EXTRA, **body)  # type: ignore[call-overload]
     sent = upstream.last().body
-    assert sent["model"] == "upstream-model" and reply.model == "public-model"
+    assert sent["model"] == "upstream-model" and reply.model == "upstream-model"
     assert sent["stream"] is False and "stream_options" not in sent
     sent_as_is(sent, {**body, **EXTRA})
     assert set(sent) == {*body, *EXTRA, "model", "stream"}
@@ -109,7 +109,7 @@ def test_a_stream_asks_for_usage_and_keeps_the_clients_stream_options(
     sent_as_is(sent, {**body, **EXTRA})
     assert set(sent) == {*body, *EXTRA, "model", "stream", "stream_options"}
     assert chunks and all(c.usage is None for c in chunks)  # the client did not ask for it
-    assert {c.model for c in chunks} == {"public-model"}
+    assert {c.model for c in chunks} == {"upstream-model"}  # the model that answered
 
 
 def test_the_clients_key_stays_with_the_gateway(client: OpenAI, upstream: FaultUpstream) -> None:
