@@ -107,6 +107,7 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
             context_length=s.context_length,
             prefill=s.prefill,
             chat_stream_raw=True,
+            messages_drop=frozenset(s.messages_drop),
         )
 
     def login_headers(self, key: str | None) -> dict[str, str]:

@@ -143,7 +143,7 @@ async def _serve(request: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -
     await request.settle(answered.bill(result.usage))
     if cache_key is not None and isinstance(result, endpoint.cached):
         await cache.put(cache_key, result)
-    headers = request.headers(answered.headers(result.usage))
+    headers = request.headers(answered.headers(result.usage)) | endpoint.answer_headers(body)
     return JSONBody(await endpoint.render(body, result), headers)
 
 
@@ -189,7 +189,8 @@ async def _stream(
         return endpoint.end(body, stream, failure)
 
     frames = _sse(stream, facts, request.settle, end)
-    return EventStream(frames, request.headers(stream.headers))
+    headers = request.headers(stream.headers) | endpoint.answer_headers(body)
+    return EventStream(frames, headers)
 
 
 async def _sse(

@@ -130,6 +130,7 @@ class ChatCompletionRequest(RequestModel):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     user: str | None = None
+    reasoning_effort: str | None = None
 
     def output_limit(self) -> int | None:
         """``max_completion_tokens`` wins over the deprecated ``max_tokens``."""
@@ -149,6 +150,9 @@ class AssistantMessage(ResponseModel):
     content: str | None = None
     refusal: str | None = None
     tool_calls: Omitted[list[ToolCall]] = None
+    reasoning_content: Omitted[str] = None
+    """The model's reasoning, as DeepSeek, vLLM and llama.cpp's server send it (an
+    upstream's ``reasoning`` is read into it)."""
 
 
 class ChatLogprobs(ResponseModel):
@@ -196,6 +200,8 @@ class ChoiceDelta(ResponseModel):
 
     role: Omitted[Literal["assistant"]] = None
     content: Omitted[str] = None
+    reasoning_content: Omitted[str] = None
+    """A piece of the model's reasoning (see :attr:`AssistantMessage.reasoning_content`)."""
     tool_calls: Omitted[list[ToolCallDelta]] = None
 
 

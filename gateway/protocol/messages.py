@@ -29,17 +29,21 @@ class Block(RequestModel):
 
     type: str
     text: str | None = None
-    source: ImageSource | None = None
+    source: JsonValue = None
     id: str | None = None
     name: str | None = None
     input: dict[str, JsonValue] | None = None
     tool_use_id: str | None = None
-    content: str | list[Block] | None = None
+    content: str | list[Block] | dict[str, JsonValue] | None = None
     is_error: bool | None = None
+    thinking: str | None = None
 
 
 class MessageParam(RequestModel):
-    role: Literal["user", "assistant"]
+    """A turn; ``system`` turns may come anywhere in the conversation (a mid-conversation
+    system message)."""
+
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
 
@@ -49,6 +53,9 @@ class SystemBlock(RequestModel):
 
 
 class ToolParam(RequestModel):
+    """A client tool (no ``type``, or ``custom``), or one of Anthropic's server tools
+    (``web_search_20250305``...), which only an Anthropic upstream runs."""
+
     name: str = Field(min_length=1)
     description: str | None = None
     input_schema: dict[str, JsonValue] | None = None
@@ -76,8 +83,10 @@ class MessagesRequest(RequestModel):
     top_k: int | None = Field(default=None, ge=0)
     metadata: dict[str, JsonValue] | None = None
     stream: bool | None = False
+    thinking: dict[str, JsonValue] | None = None
 
     def system_text(self) -> str:
+        """``system`` as one text (its blocks joined by blank lines)."""
         if self.system is None or isinstance(self.system, str):
             return self.system or ""
         return "\n\n".join(block.text for block in self.system)
