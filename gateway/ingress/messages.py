@@ -224,7 +224,7 @@ class _Translation:
             if name == "cache_control":
                 self.drop(name, f"{param}.cache_control", "cache hints have no chat equivalent")
             else:
-                self.drop(name, f"{param}.{name}", "this block field has no chat equivalent")
+                self.drop(name, f"{param}.{name}", "this field has no chat equivalent")
 
     # --- turns ---------------------------------------------------------------------------
 
@@ -323,14 +323,11 @@ class _Translation:
         out: dict[str, Any] = {}
         tools: list[dict[str, Any]] = []
         for k, tool in enumerate(body.tools or []):
-            self._block_extras(tool.model_extra, f"tools[{k}]")
             if tool.type not in _CLIENT_TOOLS and not self.lenient:
-                self.drop(
-                    "server_tools",
-                    f"tools[{k}].type",
-                    f"'{tool.type}' is a server tool, which only Anthropic's own API runs",
-                )
+                why = f"'{tool.type}' is a server tool, which only Anthropic's own API runs"
+                self.drop("server_tools", f"tools[{k}].type", why)
                 continue
+            self._block_extras(tool.model_extra, f"tools[{k}]")
             tools.append(chat_tool(tool.name, tool.description, tool.input_schema))
         if tools:
             out["tools"] = tools

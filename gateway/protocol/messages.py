@@ -160,6 +160,17 @@ def error_status(kind: str) -> int:
     return 500
 
 
+def overflow_message(prompt_tokens: int, max_tokens: int, limit: int) -> str:
+    """A context overflow in Anthropic's words, which its clients read back (Claude Code
+    lowers ``max_tokens`` to fit and tries again)."""
+    if prompt_tokens > limit:
+        return f"prompt is too long: {prompt_tokens} tokens > {limit} maximum"
+    return (
+        f"input length and `max_tokens` exceed context limit: {prompt_tokens} + "
+        f"{max_tokens} > {limit}, decrease input length or `max_tokens` and try again"
+    )
+
+
 def error_body(status: int, message: str, request_id: str | None = None) -> dict[str, Any]:
     """Anthropic's error JSON: ``{"type": "error", "error": {type, message}, "request_id"}``."""
     body: dict[str, Any] = {

@@ -42,7 +42,7 @@ class RawBody:
         try:
             text = raw.decode("utf-8")
             data, members = _members(text)
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise InvalidRequestError(f"The body is not a JSON object: {exc}") from None
         return cls(text, data, members)
 
