@@ -100,10 +100,9 @@ class Timeouts(BaseModel):
     )
 
 
-MESSAGES_DROP = ("metadata", "context_management", "cache_control")
+MESSAGES_DROP = ("metadata", "context_management")
 """What a Messages request loses by default on its way to a chat upstream: tracking
-metadata, Anthropic's server-side context editing and prompt-cache hints (chat upstreams
-cache prefixes by themselves)."""
+metadata and Anthropic's server-side context editing."""
 
 
 class DeploymentSettings(BaseModel):
@@ -132,9 +131,8 @@ class DeploymentSettings(BaseModel):
         description=(
             "Messages request fields this deployment drops (the answer names them in "
             "x-shunter-dropped) where a translation to chat cannot map them; any other is "
-            "refused with a 400 naming it. Names: a top-level field, 'cache_control', a "
-            "content block type (document, search_result...), 'server_tools', "
-            "'output_config.<key>'"
+            "refused with a 400 naming it. Names: a top-level field, a content block type "
+            "(document, search_result...), 'server_tools', 'output_config.<key>'"
         ),
     )
 

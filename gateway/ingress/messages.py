@@ -24,6 +24,8 @@ answer says so (``x-shunter-dropped``). What maps (:func:`to_chat`):
   ``tool_choice``, ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``,
   ``max_tokens``; ``thinking.budget_tokens`` and ``output_config.effort`` →
   ``reasoning_effort``; ``output_config.format`` → ``response_format``;
+* ``cache_control`` breakpoints → ``prompt_cache_key`` (a digest of the first message and
+  the tools); cached tokens come back as ``cache_read_input_tokens``;
 * ``metadata`` is never copied (its ``user_id`` identifies a device, not a user).
 
 The answers (chat → Messages) are in :mod:`gateway.ingress.message_answer`.
@@ -31,6 +33,7 @@ The answers (chat → Messages) are in :mod:`gateway.ingress.message_answer`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,6 +164,7 @@ class _Translation:
         self.drops = drops
         self.lenient = lenient
         self.dropped: set[str] = set()
+        self.cached = False  # a cache_control breakpoint was seen
 
     def drop(self, name: str, param: str, why: str) -> None:
         """Drop ``name`` where the rules allow it, else refuse it (a 400 naming ``param``)."""
@@ -199,15 +203,15 @@ class _Translation:
             fields["top_k"] = body.top_k
         fields.update(self._tools())
         fields.update(self._reasoning())
+        if self.cached:
+            fields["prompt_cache_key"] = prompt_cache_key(messages[0], fields.get("tools"))
         return ChatCompletionRequest(**fields)
 
     def _extra(self, name: str) -> None:
-        why = (
-            "cache hints have no chat equivalent"
-            if name == "cache_control"
-            else ("this field has no chat equivalent")
-        )
-        self.drop(name, name, why)
+        if name == "cache_control":
+            self.cached = True
+        else:
+            self.drop(name, name, "this field has no chat equivalent")
 
     def _system(self) -> list[ChatMessage]:
         system = self.body.system
@@ -222,7 +226,7 @@ class _Translation:
             if value is None or _says_nothing(name, value):
                 continue
             if name == "cache_control":
-                self.drop(name, f"{param}.cache_control", "cache hints have no chat equivalent")
+                self.cached = True
             else:
                 self.drop(name, f"{param}.{name}", "this field has no chat equivalent")
 
@@ -352,6 +356,15 @@ class _Translation:
         for name in config.keys() - {"effort", "format"}:
             self.drop(f"output_config.{name}", f"output_config.{name}", "no chat equivalent")
         return out
+
+
+def prompt_cache_key(first: ChatMessage, tools: list[dict[str, Any]] | None) -> str:
+    """The chat ``prompt_cache_key`` for a request with cache breakpoints: a digest of
+    what such clients keep the same from turn to turn (the first message and the tools),
+    so that an upstream that routes by the key (OpenAI's) finds the cached prefix."""
+    digest = hashlib.sha256(first.model_dump_json().encode())
+    digest.update(json.dumps(tools or [], sort_keys=True).encode())
+    return f"shunter-{digest.hexdigest()[:32]}"
 
 
 def _says_nothing(name: str, value: Any) -> bool:

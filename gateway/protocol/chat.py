@@ -131,6 +131,7 @@ class ChatCompletionRequest(RequestModel):
     parallel_tool_calls: bool | None = None
     user: str | None = None
     reasoning_effort: str | None = None
+    prompt_cache_key: str | None = None
 
     def output_limit(self) -> int | None:
         """``max_completion_tokens`` wins over the deprecated ``max_tokens``."""

@@ -23,7 +23,7 @@ PNG = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAE"
     "hQGAhKmMIQAAAABJRU5ErkJggg=="
 )
-DROPS = "[metadata, context_management, cache_control, server_tools, document]"
+DROPS = "[metadata, context_management, server_tools, document]"
 
 
 @pytest.fixture(scope="module")
@@ -182,11 +182,12 @@ def test_claude_codes_first_request_is_translated_and_says_what_it_dropped(
     answer = post(http, FIRST)
     assert answer.status_code == 200, answer.text
     assert answer.json()["content"][0]["type"] == "text"
-    assert answer.headers["x-shunter-dropped"] == "cache_control,context_management,metadata"
+    assert answer.headers["x-shunter-dropped"] == "context_management,metadata"
     sent = openai_up.last().body
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "system", "user"]
     assert sent["messages"][2]["content"] == "Today is Friday."
     assert "user" not in sent and "metadata" not in sent
+    assert sent["prompt_cache_key"].startswith("shunter-")
     assert sent["reasoning_effort"] == "low"
     assert sent["max_tokens"] == 200 and "max_completion_tokens" not in sent
 
