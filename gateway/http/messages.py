@@ -65,6 +65,7 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
     async def whole(self, backend: Backend, call: MessagesCall) -> Answered:
         native = native_messages(backend)
         if native is not None:
+            call.dropped = []
             content, usage = await native.messages(call.native(), call.headers)
             return NativeMessage(content, usage)
         return await backend.chat(_translated(backend, call))
@@ -72,6 +73,7 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
     def stream(self, backend: Backend, call: MessagesCall) -> FrameStream:
         native = native_messages(backend)
         if native is not None:
+            call.dropped = []
             return native.messages_stream(call.native(), call.headers)
         return MessageEvents(backend.chat_stream(_translated(backend, call)), call.model)
 

@@ -126,7 +126,10 @@ class MessagesCall:
         (nothing refused, nothing reported), so a request only a Messages upstream can
         take is routed all the same."""
         if self._routed is None:
-            self._routed = to_chat(self.body, lenient=True)[0]
+            try:
+                self._routed = to_chat(self.body, lenient=True)[0]
+            except InvalidRequestError:  # malformed for chat: the upstream may judge it
+                self._routed = _bare(self.body)
         return self._routed
 
     def chat(self, drops: frozenset[str]) -> ChatCompletionRequest:
@@ -327,7 +330,7 @@ class _Translation:
         out: dict[str, Any] = {}
         tools: list[dict[str, Any]] = []
         for k, tool in enumerate(body.tools or []):
-            if tool.type not in _CLIENT_TOOLS and not self.lenient:
+            if tool.type not in _CLIENT_TOOLS:
                 why = f"'{tool.type}' is a server tool, which only Anthropic's own API runs"
                 self.drop("server_tools", f"tools[{k}].type", why)
                 continue
@@ -365,6 +368,14 @@ def prompt_cache_key(first: ChatMessage, tools: list[dict[str, Any]] | None) -> 
     digest = hashlib.sha256(first.model_dump_json().encode())
     digest.update(json.dumps(tools or [], sort_keys=True).encode())
     return f"shunter-{digest.hexdigest()[:32]}"
+
+
+def _bare(body: MessagesRequest) -> ChatCompletionRequest:
+    """A request that even a lenient translation cannot read, as one user message of its
+    JSON: enough for routing to weigh it."""
+    text = json.dumps([m.model_dump(mode="json") for m in body.messages], ensure_ascii=False)
+    message = ChatMessage(role="user", content=text)
+    return ChatCompletionRequest(model=body.model, messages=[message], max_tokens=body.max_tokens)
 
 
 def _says_nothing(name: str, value: Any) -> bool:

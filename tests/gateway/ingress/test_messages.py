@@ -3,12 +3,13 @@ lenient reading routing uses."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from gateway.errors import InvalidRequestError
-from gateway.ingress.messages import to_chat
+from gateway.ingress.messages import MessagesCall, to_chat
 from gateway.protocol.messages import MessagesRequest
 from gateway.protocol.messages_codec import reasoning_effort
 
@@ -81,9 +82,26 @@ def test_routing_reads_what_no_chat_upstream_could_take() -> None:
     body = request(messages=messages, tools=tools)
     with pytest.raises(InvalidRequestError):
         to_chat(body)
-    chat, _ = to_chat(body, lenient=True)
-    assert chat.tools is not None and chat.tools[0].function.name == "web_search"
+    chat, dropped = to_chat(body, lenient=True)
+    assert chat.tools is None and "server_tools" in dropped
     assert "summarise" in chat.messages[0].text() and "A" * 100 not in chat.messages[0].text()
+
+
+def test_routing_reads_even_what_is_malformed_for_chat() -> None:
+    use = {"type": "tool_use", "name": "x", "input": {}}  # no id: the upstream will say
+    call = MessagesCall.read(
+        json.dumps(
+            {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [{"role": "assistant", "content": [use]}],
+                "tool_choice": {"type": "tool", "name": "web_search"},
+            }
+        ).encode(),
+        {},
+    )
+    routed = call.routed()
+    assert routed.max_tokens == 5 and '"tool_use"' in routed.messages[0].text()
 
 
 def test_a_text_document_is_text_and_cache_hints_become_a_cache_key() -> None:
