@@ -57,6 +57,7 @@ def server(
         f"  - {{name: reason, {oai}, model: 'fault:reason:2'}}\n"
         f"  - {{name: mct, {oai}, model: fake, max_tokens_field: max_completion_tokens}}\n"
         f"  - {{name: small, {oai}, model: fake, context_length: 2000}}\n"
+        f"  - {{name: tight, {oai}, model: 'fault:ctx:50'}}\n"
         "models:\n"
         "  sonnet: {candidates: [claude]}\n"
         "  demo: {candidates: [oai]}\n"
@@ -65,6 +66,7 @@ def server(
         "  reason: {candidates: [reason]}\n"
         "  mct: {candidates: [mct]}\n"
         "  small: {candidates: [small]}\n"
+        "  tight: {candidates: [tight]}\n"
     )
     env = {"SHUNTER_MASTER_KEY": MASTER, "UP_KEY": "sk-upstream"}
     started = start_server(folder / "config.yaml", folder / "server.log", env=env)
@@ -316,3 +318,16 @@ def test_context_overflow_is_worded_as_anthropic_words_it(http: httpx.Client) ->
     assert re.match(
         r"^prompt is too long: \d+ tokens > 2000 maximum$", refused.json()["error"]["message"]
     )
+
+
+def test_an_upstreams_context_refusal_is_worded_the_same(http: httpx.Client) -> None:
+    prompt = {"role": "user", "content": "word " * 100}  # past the upstream's 50 tokens
+    body = {"model": "tight", "max_tokens": 1000, "messages": [prompt]}
+    for _ in range(2):  # the upstream's refusal, then the limit it named, learned
+        refused = post(http, body)
+        assert refused.status_code == 400
+        message = refused.json()["error"]["message"]
+        found = OVERFLOW.match(message) or re.match(
+            r"^prompt is too long: \d+ tokens > 50", message
+        )
+        assert found is not None, message
