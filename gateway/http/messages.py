@@ -40,6 +40,7 @@ from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.frames import FrameStream
 from gateway.protocol.messages import CountTokensRequest, anthropic_status, error_body
+from gateway.telemetry.tracing import note_request
 
 Answered = ChatCompletion | NativeMessage
 
@@ -54,7 +55,9 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         self.headers = headers or {}
 
     def parse(self, raw: bytes) -> MessagesCall:
-        return MessagesCall.read(raw, self.headers)
+        call = MessagesCall.read(raw, self.headers)
+        note_request(call.body)  # the span's sampling parameters
+        return call
 
     def request(self, call: MessagesCall) -> ChatCompletionRequest:
         return call.routed()
@@ -135,6 +138,7 @@ async def messages_count_tokens(scope: Scope, receive: Receive, send: Send) -> N
     key = await services.admission.authenticate(credentials(scope, x_api_key=True))
     raw = await read_body(scope, receive)
     call = MessagesCall.read(raw, forwarded(scope), CountTokensRequest)
+    note_request(call.body)
     request_facts(scope).update(key_id=key.id, model=call.model)
     check_model(key, call.model)
     backend = gateway.first_choice(call.model)
