@@ -126,6 +126,14 @@ class DeploymentSettings(BaseModel):
     active_params_b: float | None = Field(
         default=None, gt=0, description="a mixture of experts: billions of parameters per token"
     )
+    clamp_output: bool = Field(
+        default=False,
+        description=(
+            "a Messages request translated for this deployment whose output budget cannot "
+            "fit the context gets the budget that fits (x-shunter-clamped says so) instead "
+            "of a refusal"
+        ),
+    )
     messages_drop: list[str] = Field(
         default_factory=lambda: list(MESSAGES_DROP),
         description=(
@@ -203,6 +211,8 @@ class Capabilities:
     :meth:`~Backend.messages_stream`, :meth:`~Backend.count_message_tokens`)."""
     count_tokens: bool = False
     """Counts a chat request's prompt tokens exactly (:meth:`Backend.count_tokens`)."""
+    clamp_output: bool = False
+    """Lowers a translated Messages request's output budget to what fits the context."""
     messages_drop: frozenset[str] = frozenset(MESSAGES_DROP)
     """What a Messages request translated for it may lose, reported (the settings'
     ``messages_drop``)."""

@@ -241,6 +241,7 @@ class LlamaCppBackend(Backend):
             context_length=self._n_ctx,
             count_tokens=True,
             messages_drop=frozenset(self._settings.messages_drop),
+            clamp_output=self._settings.clamp_output,
         )
 
     @property

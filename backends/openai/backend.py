@@ -109,6 +109,7 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
             prefill=s.prefill,
             chat_stream_raw=True,
             messages_drop=frozenset(s.messages_drop),
+            clamp_output=s.clamp_output,
         )
 
     def login_headers(self, key: str | None) -> dict[str, str]:

@@ -97,6 +97,7 @@ class VLLMBackend(Backend):
             context_length=length,
             chat_stream_raw=True,
             messages_drop=frozenset(self._settings.messages_drop),
+            clamp_output=self._settings.clamp_output,
         )
 
     @property

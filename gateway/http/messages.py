@@ -20,7 +20,7 @@ from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
 from gateway.admission.keys import check_model
-from gateway.dispatch import ServedStream
+from gateway.dispatch import ServedStream, describe_request
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.http.abilities import native_messages, token_counter
 from gateway.http.asgi import JSONBody
@@ -68,7 +68,7 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
     async def whole(self, backend: Backend, call: MessagesCall) -> Answered:
         native = native_messages(backend)
         if native is not None:
-            call.dropped = []
+            call.dropped, call.clamped = [], None
             content, usage = await native.messages(call.native(), call.headers)
             return NativeMessage(content, usage)
         return await backend.chat(_translated(backend, call))
@@ -76,12 +76,15 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
     def stream(self, backend: Backend, call: MessagesCall) -> FrameStream:
         native = native_messages(backend)
         if native is not None:
-            call.dropped = []
+            call.dropped, call.clamped = [], None
             return native.messages_stream(call.native(), call.headers)
         return MessageEvents(backend.chat_stream(_translated(backend, call)), call.model)
 
     def answer_headers(self, call: MessagesCall) -> dict[str, str]:
-        return {"x-shunter-dropped": ",".join(call.dropped)} if call.dropped else {}
+        headers = {"x-shunter-dropped": ",".join(call.dropped)} if call.dropped else {}
+        if call.clamped is not None:
+            headers["x-shunter-clamped"] = f"max_tokens={call.clamped}"
+        return headers
 
     async def render(self, call: MessagesCall, answer: Answered) -> bytes:
         if isinstance(answer, NativeMessage):
@@ -100,12 +103,20 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
 
 def _translated(backend: Backend, call: MessagesCall) -> ChatCompletionRequest:
     """The chat request ``backend`` gets; a request it cannot take is the client's
-    fault (a 400 naming the field), not the deployment's."""
+    fault (a 400 naming the field), not the deployment's. A deployment that clamps
+    output budgets gets one that fits its context, by routing's own estimate."""
+    caps = backend.capabilities
     try:
-        return call.chat(backend.capabilities.messages_drop)
+        chat = call.chat(caps.messages_drop)
     except InvalidRequestError as exc:
         exc.counts_as_failure = False
         raise
+    call.clamped = None
+    if caps.clamp_output and caps.context_length is not None and chat.max_tokens:
+        room = max(1, caps.context_length - describe_request(chat).prompt_tokens)
+        if chat.max_tokens > room:
+            chat.max_tokens = call.clamped = room
+    return chat
 
 
 def forwarded(scope: Scope) -> dict[str, str]:

@@ -96,6 +96,7 @@ class MessagesCall:
     body: MessagesRequest
     headers: dict[str, str] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
+    clamped: int | None = None  # the output budget a deployment lowered it to
     _routed: ChatCompletionRequest | None = None
 
     @classmethod

@@ -58,6 +58,7 @@ def server(
         f"  - {{name: mct, {oai}, model: fake, max_tokens_field: max_completion_tokens}}\n"
         f"  - {{name: small, {oai}, model: fake, context_length: 2000}}\n"
         f"  - {{name: tight, {oai}, model: 'fault:ctx:50'}}\n"
+        f"  - {{name: clamps, {oai}, model: fake, context_length: 2000, clamp_output: true}}\n"
         "models:\n"
         "  sonnet: {candidates: [claude]}\n"
         "  demo: {candidates: [oai]}\n"
@@ -67,6 +68,7 @@ def server(
         "  mct: {candidates: [mct]}\n"
         "  small: {candidates: [small]}\n"
         "  tight: {candidates: [tight]}\n"
+        "  clamps: {candidates: [clamps]}\n"
     )
     env = {"SHUNTER_MASTER_KEY": MASTER, "UP_KEY": "sk-upstream"}
     started = start_server(folder / "config.yaml", folder / "server.log", env=env)
@@ -331,3 +333,17 @@ def test_an_upstreams_context_refusal_is_worded_the_same(http: httpx.Client) -> 
             r"^prompt is too long: \d+ tokens > 50", message
         )
         assert found is not None, message
+
+
+def test_a_deployment_that_clamps_lowers_the_budget_and_says_so(
+    http: httpx.Client, openai_up: FaultUpstream
+) -> None:
+    body = {"model": "clamps", "max_tokens": 32000, "messages": [{"role": "user", "content": "hi"}]}
+    answer = post(http, body)
+    assert answer.status_code == 200, answer.text
+    budget = openai_up.last().body["max_tokens"]
+    assert 1900 < budget < 2000
+    assert answer.headers["x-shunter-clamped"] == f"max_tokens={budget}"
+    fits = post(http, {**body, "max_tokens": 100})
+    assert fits.status_code == 200 and "x-shunter-clamped" not in fits.headers
+    assert openai_up.last().body["max_tokens"] == 100
