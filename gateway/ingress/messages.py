@@ -54,9 +54,9 @@ from gateway.protocol.messages_codec import (
 from gateway.protocol.rawbody import RawBody
 from gateway.protocol.validation import request_error
 
-FORWARDED_HEADERS = ("anthropic-beta",)
-"""The client's headers a Messages upstream gets (``anthropic-version`` is the
-deployment's own setting)."""
+FORWARDED_HEADERS = ("anthropic-beta", "anthropic-version")
+"""The client's headers a Messages upstream gets as they came (``anthropic-version`` in
+place of the deployment's own setting)."""
 
 _MAPPED = frozenset(
     {

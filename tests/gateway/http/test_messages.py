@@ -136,6 +136,11 @@ def test_a_native_request_arrives_byte_for_byte(
     assert seen.raw == as_sent(NATIVE_BODY)
     assert seen.headers["anthropic-beta"] == BETA
     assert seen.headers["anthropic-version"] == "2023-06-01"
+    later = http.post(
+        "/v1/messages", content=NATIVE_BODY, headers={**headers, "anthropic-version": "2099-01-01"}
+    )
+    assert later.status_code == 200
+    assert anthropic_up.last().headers["anthropic-version"] == "2099-01-01"  # once
     assert "x-shunter-dropped" not in answer.headers
     streamed_body = NATIVE_BODY.replace(
         b'"max_tokens": 32000', b'"max_tokens": 32000, "stream": true'
