@@ -1,8 +1,9 @@
 """Anthropic's Messages API: the request, the ``message`` answer and the error body.
 
 Content blocks are one lenient model whose ``type`` says which fields matter (``text``,
-``image``, ``tool_use``, ``tool_result``, ``thinking``...), so unknown block fields pass
-through to an Anthropic upstream untouched and the translation
+``image``, ``tool_use``, ``tool_result``, ``thinking``, ``document``...), and unknown
+fields are kept, so a request passed through to an Anthropic upstream is never refused
+for what this gateway does not know, and the translation
 (:mod:`gateway.ingress.messages`) names the offending field itself.
 """
 
