@@ -19,7 +19,12 @@ token-by-token server: every chunk is its own read and its own write to the clie
 ``burst`` the whole stream in one write (a static file; the frames arrive together). The
 ``floor`` column is a relay that only forwards each upstream read to its client, measured
 in the same sitting: what a chunk costs in the event loop and the kernel before any
-gateway work.
+gateway work; the gateway's own cost per chunk is its slope less the floor's.
+
+``fleetd`` sweeps the fleet under the policy a model gets when its config names none, and
+``log`` runs one request shape at ``--log-level warning`` and ``info`` (the access log):
+the cost of the log is the ratio of the two. ``--baseline-rev REV`` checks a commit out
+for the run and measures it alongside, point by point.
 
 The workers sweep reports throughput (requests per second at 64 connections) with 1 and
 2 workers, and the gateway's CPU per request in each; it needs Redis (``--redis-url``) and
@@ -45,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scaling_peers import load, run_relay, run_upstream
+from scaling_plot import plot
+from trees import baseline_tree
 
 KB = 1024
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,8 +141,9 @@ def start_gateway(tree: Path, config: str, cpus: str, extra: list[str]) -> Gatew
 
 
 def fleet_config(
-    upstream: int, deployments: int, policy: str, size: int, chunks: int, burst: bool = False
+    upstream: int, deployments: int, policy: str | None, size: int, chunks: int, burst=False
 ) -> str:
+    """``deployments`` alike, one model over them all; ``policy`` None: the default one."""
     base = f"http://127.0.0.1:{upstream}/r{size}/{'b' if burst else 'c'}{chunks}/v1"
     lines = ["deployments:"]
     for i in range(deployments):
@@ -144,7 +152,8 @@ def fleet_config(
             "price: {input_per_1m: 0.15, output_per_1m: 0.6}}"
         )
     names = ", ".join(f"d{i}" for i in range(deployments))
-    lines.append(f"models:\n  m: {{candidates: [{names}], policy: {policy}}}")
+    ruled = "" if policy is None else f", policy: {policy}"
+    lines.append(f"models:\n  m: {{candidates: [{names}]{ruled}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -186,11 +195,12 @@ class Point:
     requests: int
     connections: int = 1
     relay_path: str | None = None  # streams: the upstream path a bare relay is measured on
+    args: tuple[str, ...] = ()  # more arguments to `shunter serve`
 
 
 def measure(tree: Path, point: Point, upstream: int, warmup: int) -> float:
     """ms of gateway CPU per request."""
-    gateway = start_gateway(tree, point.config(upstream), "0", [])
+    gateway = start_gateway(tree, point.config(upstream), "0", list(point.args))
     try:
         return cpu_per_request(gateway.port, gateway.pids, point, warmup)
     finally:
@@ -223,7 +233,7 @@ def cpu_per_request(port: int, pids: list[int], point: Point, warmup: int) -> fl
 
 
 def points(quick: bool) -> list[Point]:
-    def plain(n: int = 1, policy: str = "[first]", size: int = 200, chunks: int = 20, burst=False):
+    def plain(n=1, policy: str | None = "[first]", size=200, chunks=20, burst=False):
         return lambda up: fleet_config(up, n, policy, size, chunks, burst)
 
     scale = 4 if quick else 1
@@ -250,6 +260,14 @@ def points(quick: bool) -> list[Point]:
             100 // scale,
         )
     )
+    for n in (1, 1000):  # the policy a model gets when its config names none
+        requests = max(100, int(3000 / (1 + n / 20)) // scale)
+        label = f"{n} deployments, default policy"
+        found.append(Point("fleetd", n, label, plain(n, None), chat_body(200, False), requests))
+    for level in ("warning", "info"):  # info writes the access log: a line per request
+        x, args = float(level == "info"), ("--log-level", level)
+        body = chat_body(200, False)
+        found.append(Point("log", x, f"log level {level}", plain(), body, 3000 // scale, args=args))
     for burst in (False, True):
         for chunks in (20, 2000):
             requests = max(20, int(2000 / (1 + chunks / (500 if burst else 50))) // scale)
@@ -342,43 +360,6 @@ def print_workers(name: str, runs: dict[int, list[WorkersRun]]) -> None:
     print(f"workers {name:<9} 2/1: {statistics.median(ratios):4.2f}x (runs: {shown})")
 
 
-def plot(path: Path, series: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
-    """One small SVG panel per sweep: ms/request against x, a line per tree."""
-    sweeps = ["prompt", "fleet", "chunks", "burst", "response"]
-    colors = ["#1f77b4", "#d62728", "#7f7f7f"]
-    width, height, pad = 300, 220, 40
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(sweeps)}" '
-             f'height="{height}" '
-             'font-family="sans-serif" font-size="11">']  # fmt: skip
-    for panel, sweep in enumerate(sweeps):
-        ox = panel * width
-        data = [pts for tree in series.values() for pts in [tree.get(sweep, [])] if pts]
-        if not data:
-            continue
-        xs = [x for pts in data for x, _ in pts]
-        ys = [y for pts in data for _, y in pts]
-        x_max, y_max = max(xs) or 1, max(ys) or 1
-        parts.append(f'<text x="{ox + pad}" y="14">{sweep}: ms/request (max {y_max:.2f})</text>')
-        parts.append(
-            f'<rect x="{ox + pad}" y="{pad - 20}" width="{width - pad - 10}" '
-            f'height="{height - pad - 20}" fill="none" stroke="#999"/>'
-        )
-        for index, (name, tree) in enumerate(series.items()):
-            pts = tree.get(sweep, [])
-            coords = " ".join(
-                f"{ox + pad + x / x_max * (width - pad - 10):.1f},"
-                f"{height - pad - y / y_max * (height - 2 * pad):.1f}"
-                for x, y in pts
-            )
-            color = colors[index % len(colors)]
-            parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}"/>')
-            parts.append(
-                f'<text x="{ox + pad + 5}" y="{pad + 12 * index}" fill="{color}">{name}</text>'
-            )
-    parts.append("</svg>")
-    path.write_text("\n".join(parts))
-
-
 Results = dict[str, dict[str, list[tuple[float, float]]]]  # tree -> sweep -> (x, ms)
 FLOOR = "floor"
 
@@ -427,9 +408,18 @@ def print_slopes(results: Results) -> None:
             if s is not None:
                 print(f"slope {sweep:<9} {tree:<9} {s * factor:9.3f} {unit}")
     for tree, sweeps in results.items():
-        fleet = dict(sweeps.get("fleet", []))
-        if 1 in fleet and 1000 in fleet:
-            print(f"fleet 1000/1 {tree:<9} {fleet[1000] / fleet[1]:6.1f}x")
+        for sweep, name in (("fleet", "[first]"), ("fleetd", "default policy")):
+            fleet = dict(sweeps.get(sweep, []))
+            if 1 in fleet and 1000 in fleet:
+                print(f"fleet 1000/1 {tree:<9} {fleet[1000] / fleet[1]:6.1f}x  {name}")
+        logged = dict(sweeps.get("log", []))
+        if len(logged) == 2:
+            print(f"access log {tree:<9} {logged[1] / logged[0] - 1:+6.1%} CPU per request")
+        own, floor = slope(sweeps, "chunks"), slope(results.get(FLOOR, {}), "chunks")
+        if tree != FLOOR and own is not None and floor is not None:
+            print(
+                f"own per chunk {tree:<9} {(own - floor) * 1000:6.3f} µs (slope less the floor's)"
+            )
         prompt = dict(sweeps.get("prompt", []))
         if 1 / 1024 in prompt and 1.0 in prompt:
             print(f"prompt 1MB/1KB {tree:<9} {prompt[1.0] / prompt[1 / 1024]:6.1f}x")
@@ -442,8 +432,11 @@ def main() -> int:
     parser.add_argument("--relay-path", help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, default=ROOT, help="the tree measured")
     parser.add_argument("--baseline", type=Path, help="another checkout, measured alongside")
+    parser.add_argument("--baseline-rev", help="a commit, checked out for the run as the baseline")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", help="sweeps: prompt,fleet,fleet5,chunks,burst,response,workers")
+    parser.add_argument(
+        "--only", help="sweeps: prompt,fleet,fleet5,fleetd,log,chunks,burst,response,workers"
+    )
     parser.add_argument("--quick", action="store_true", help="a quarter of the requests")
     parser.add_argument("--ascii", action="store_true", help="prompts of ASCII text only")
     parser.add_argument("--redis-url", help="for the workers sweep")
@@ -457,9 +450,15 @@ def main() -> int:
         return 0
 
     CONTENT["kind"] = "ascii" if args.ascii else "mixed"
-    trees = {"this": args.tree}
-    if args.baseline is not None:
-        trees = {"baseline": args.baseline, "this": args.tree}
+    with baseline_tree(args.baseline, args.baseline_rev) as baseline:
+        trees = {"this": args.tree}
+        if baseline is not None:
+            trees = {"baseline": baseline, "this": args.tree}
+        return run(args, trees)
+
+
+def run(args: argparse.Namespace, trees: dict[str, Path]) -> int:
+    """Every sweep asked for, on every tree, then the slopes (and the workers)."""
     wanted = args.only.split(",") if args.only else None
     port = free_port()
     command = ["taskset", "-c", "1", sys.executable, __file__, "--upstream", str(port)]

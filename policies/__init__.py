@@ -25,6 +25,7 @@ from policies.facts import (
 )
 from policies.outcome import Decision, ExplainRow, Hedge, Ranked, StepNote
 from policies.policy import DEFAULT_POLICY, Policy, PolicyField, coerce_policy
+from policies.pool import Pool
 from policies.predict import (
     estimate_cost_usd,
     predict_total_ms,
@@ -54,6 +55,7 @@ __all__ = [
     "LiveFigures",
     "Policy",
     "PolicyField",
+    "Pool",
     "Pricing",
     "Primitive",
     "QuantileScorer",

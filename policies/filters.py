@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from policies.facts import Candidate, FitClass
+from policies.facts import Candidate, Capabilities, FitClass
 from policies.predict import estimate_cost_usd
 from policies.steps import Check, FilterStep, NoArgs, OnEmpty, RouteContext
 
@@ -39,6 +39,7 @@ class Healthy(FilterStep):
     def __init__(self, args: HealthyArgs | None = None) -> None:
         self.args = args or HealthyArgs()
         self.reads_live = self.args.max_error_rate is not None
+        self.kind_of = None if self.reads_live else _breaker_state
 
     def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
         """:meth:`check`'s verdict alone."""
@@ -64,6 +65,11 @@ class Healthy(FilterStep):
         return Check(True, "ok")
 
 
+def _breaker_state(cand: Candidate) -> tuple[bool, float | None]:
+    facts = cand.facts
+    return facts.healthy, facts.cooled_down_until
+
+
 def _failure_time(cand: Candidate) -> float:
     facts = cand.facts
     if facts.last_failure_at is not None:
@@ -82,6 +88,7 @@ class Capable(FilterStep):
 
     def __init__(self, args: NoArgs | None = None) -> None:
         self.args = args or NoArgs()
+        self.kind_of = _capabilities
 
     def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
         """:meth:`check`'s verdict alone."""
@@ -117,6 +124,10 @@ class Capable(FilterStep):
         return Check(True, "ok")
 
 
+def _capabilities(cand: Candidate) -> Capabilities:
+    return cand.facts.capabilities
+
+
 class FitsMemoryArgs(BaseModel):
     """``fits_memory: {allow: [fits]}``; by default everything that can load is allowed."""
 
@@ -134,6 +145,7 @@ class FitsMemory(FilterStep):
 
     def __init__(self, args: FitsMemoryArgs | None = None) -> None:
         self.args = args or FitsMemoryArgs()
+        self.kind_of = _fit
 
     def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
         """:meth:`check`'s verdict alone."""
@@ -152,6 +164,10 @@ class FitsMemory(FilterStep):
         if self.args.allow == FitsMemoryArgs().allow:
             return self.name
         return f"{self.name}(allow={','.join(self.args.allow)})"
+
+
+def _fit(cand: Candidate) -> FitClass | None:
+    return cand.facts.fit
 
 
 class WithinBudgetArgs(BaseModel):

@@ -114,6 +114,7 @@ class Size(FilterStep):
 
     def __init__(self, args: SizeArgs) -> None:
         self.args = args
+        self.kind_of = _params
 
     def passes(self, ctx: RouteContext, cand: Candidate) -> bool:
         """:meth:`check`'s verdict alone."""
@@ -140,3 +141,7 @@ class Size(FilterStep):
         """The step with its bounds."""
         bounds = self.args.model_dump(exclude_none=True)
         return f"{self.name}(" + ",".join(f"{k}={v:g}" for k, v in bounds.items()) + ")"
+
+
+def _params(cand: Candidate) -> float | None:
+    return cand.facts.params_b

@@ -13,7 +13,7 @@ and the config order breaks the rest.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from policies.facts import Candidate, RequestFacts
 from policies.outcome import StepNote
+from policies.pool import KindOf, Kinds
 
 OnEmpty = Literal["reject", "keep_least_bad"]
 
@@ -120,6 +121,11 @@ class FilterStep(Step):
     """Base for filters: implement :meth:`check`; choose :attr:`on_empty`."""
 
     on_empty: ClassVar[OnEmpty] = "reject"
+    kind_of: KindOf | None = None
+    """What of a candidate's facts :meth:`passes` reads besides the request and the clock,
+    where that is all it reads: candidates of one kind then get one verdict, and over a
+    :class:`~policies.pool.Pool` the fast path asks about one candidate of each kind
+    (:meth:`apply_by_kind`). ``None``: each candidate is asked about."""
 
     @abstractmethod
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
@@ -154,6 +160,24 @@ class FilterStep(Step):
         rest = [i for i in dropped if i != best]
         remark = f"{self.name}: none passed, kept {cands[best].name}"
         return FastOutcome([best], rest, remark=remark, special={best: rescued})
+
+    def apply_by_kind(
+        self, ctx: RouteContext, kinds: Kinds, at: Sequence[int]
+    ) -> FastOutcome | None:
+        """:meth:`apply_fast` over the pool's candidates at positions ``at``, with one
+        verdict per kind; ``None`` where every one is dropped (:meth:`apply_fast` then
+        writes the rescue or the remark) or the class has no fast form."""
+        if _own(self, FilterStep.apply, FilterStep.apply_fast):
+            return None
+        passes = self.passes
+        verdicts = [passes(ctx, sample) for sample in kinds.samples]
+        if all(verdicts):
+            return FastOutcome(list(range(len(at))))
+        of = kinds.of
+        kept = [p for p, i in enumerate(at) if verdicts[of[i]]]
+        if not kept:
+            return None
+        return FastOutcome(kept, [p for p, i in enumerate(at) if not verdicts[of[i]]])
 
     def note(self, ctx: RouteContext, cand: Candidate) -> StepNote:
         """A pass note with the check's detail."""

@@ -15,17 +15,15 @@ import struct
 from pathlib import Path
 from typing import Any, Literal
 
-import llama_cpp
-
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.protocol import EmbeddingRequest, EmbeddingResponse
 from gateway.protocol.embeddings import Embedding, EmbeddingUsage
 
 Pooling = Literal["mean", "cls", "last"]
 _POOLING = {
-    "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
-    "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
-    "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
+    "mean": "LLAMA_POOLING_TYPE_MEAN",
+    "cls": "LLAMA_POOLING_TYPE_CLS",
+    "last": "LLAMA_POOLING_TYPE_LAST",
 }
 
 
@@ -75,10 +73,12 @@ class EmbeddingModel:
         )
 
     def _open(self) -> Any:
+        import llama_cpp  # with the model, as the engine does: a config without one never loads it
+
         return llama_cpp.Llama(
             model_path=str(self._path),
             embedding=True,
-            pooling_type=_POOLING[self._pooling],
+            pooling_type=getattr(llama_cpp, _POOLING[self._pooling]),
             n_ctx=self._n_ctx,
             n_batch=self._n_ctx,
             n_ubatch=self._n_ctx,

@@ -349,13 +349,18 @@ def _data_of(raw: bytes) -> tuple[bytes, int, bool, bytes | None]:
     JSON, if any. Plain ``data:`` frames before any that may be ``[DONE]`` or an error
     (all of a read but the stream's last, from OpenAI-compatible servers) are passed on
     as they came; only the frames from there on are looked at one by one."""
+    if b"[DONE]" not in raw and b'"error"' not in raw:  # every read of a stream but its last
+        # one one-line event (a token-by-token server's read): its first newline ends it;
+        # in a read of several, the search stops at the end of the first
+        if raw.find(b"\n") == len(raw) - 2 and raw.startswith(b"data:") and raw.endswith(b"\n\n"):
+            return raw, 1, False, None
+        frames = data_events(raw)
+        return (raw, frames, False, None) if frames else _sorted_block(raw)
     cut = frame_start(raw, b"[DONE]", b'"error"')
-    head = raw if cut < 0 else raw[:cut]
+    head = raw[:cut]
     frames = data_events(head)
     if not frames:
         return _sorted_block(raw)
-    if cut < 0:
-        return raw, frames, False, None
     rest, more, done, error = _sorted_block(raw[cut:])
     return head + rest, frames + more, done, error
 

@@ -37,7 +37,7 @@ class DeviceSpec(BaseModel):
 
 class ReliabilitySettings(BaseModel):
     """Retries, back-off, circuit breakers and their background probes, for every route
-    (see :mod:`gateway.dispatch.reliability`)."""
+    (see :mod:`gateway.dispatch.health.breakers`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -31,10 +31,10 @@ async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
     def serve() -> Awaitable[ASGIApp]:
         return _embed(admitted, body)
 
-    await respond(scope, receive, send, services, ticket, serve)
+    await respond(scope, receive, send, admitted, serve)
 
 
-async def _embed(request: Admitted, body: EmbeddingRequest) -> ASGIApp:
+async def _embed(admitted: Admitted, body: EmbeddingRequest) -> ASGIApp:
     async def embed(backend: Backend) -> EmbeddingResponse:
         able = embedder(backend)
         if able is None:
@@ -43,13 +43,13 @@ async def _embed(request: Admitted, body: EmbeddingRequest) -> ASGIApp:
             )
         return await able.embeddings(body)
 
-    routing_facts = describe_request(body, request.request_id)
-    routed = await request.gateway.call(
-        body.model, embed, "embeddings", request.admit, routing_facts
+    routing_facts = describe_request(body, admitted.request_id)
+    routed = await admitted.gateway.call(
+        body.model, embed, "embeddings", admitted.admit, routing_facts
     )
     # an upstream that reports no usage is charged the estimate admission reserved
-    usage = Usage.of(routed.value.usage.prompt_tokens or request.ticket.tokens, 0)
-    request.facts.update(deployment=routed.deployment, route=routed.reason)
-    await request.settle(routed.bill(usage))
+    usage = Usage.of(routed.value.usage.prompt_tokens or admitted.ticket.tokens, 0)
+    admitted.facts.update(deployment=routed.deployment, route=routed.reason)
+    await admitted.settle(routed.bill(usage))
     headers = {"x-shunter-deployment": routed.deployment, "x-shunter-route": routed.reason}
-    return json_response(routed.value, request.headers(headers))
+    return json_response(routed.value, admitted.headers(headers))

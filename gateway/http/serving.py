@@ -33,7 +33,7 @@ from gateway.dispatch import Bill, Gateway, ServedStream, describe_request
 from gateway.errors import GatewayError
 from gateway.http.asgi import ClientWatch, EventStream, JSONBody
 from gateway.http.endpoint import Endpoint, Req, Whole
-from gateway.http.intake import Arrival, Services, arrive, request_facts
+from gateway.http.intake import Arrival, arrive
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.protocol.frames import FrameStream
 from policies import RequestFacts
@@ -60,7 +60,7 @@ async def handle(
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
 
-    await respond(scope, receive, send, services, ticket, serve)
+    await respond(scope, receive, send, admitted, serve)
 
 
 class Admitted:
@@ -93,14 +93,13 @@ async def respond(
     scope: Scope,
     receive: Receive,
     send: Send,
-    services: Services,
-    ticket: AdmissionTicket,
+    admitted: Admitted,
     serve: Callable[[], Awaitable[ASGIApp]],
 ) -> None:
     """Run ``serve`` and write its response while a :class:`ClientWatch` stands by. A
     client that leaves (or stops reading) ends both quietly: there is no one to answer."""
-    admission = services.admission
-    watch = ClientWatch(receive, send, services.send_timeout_s)
+    admission, ticket = admitted.admission, admitted.ticket
+    watch = ClientWatch(receive, send, admitted.services.send_timeout_s)
     watch.start(scope)
     try:
         try:
@@ -115,52 +114,52 @@ async def respond(
     except (asyncio.CancelledError, Exception):
         if watch.gone is None:
             raise
-        request_facts(scope)["client_gone"] = watch.gone
+        admitted.facts["client_gone"] = watch.gone
     finally:
         watch.stop()
 
 
-async def _serve(request: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -> ASGIApp:
+async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -> ASGIApp:
     """The answer from the cache, else from a deployment, whole or streamed."""
     routed = endpoint.request(body)
-    cache = request.services.cache
-    cache_key = cache.key(routed, request.ticket.key.id)
+    cache = admitted.services.cache
+    cache_key = cache.key(routed, admitted.ticket.key.id)
     if cache_key is not None:
         hit = await cache.get(cache_key, endpoint.cached)  # type: ignore[type-var]
         if hit is not None:
-            return await _cached(request, endpoint, body, hit)
-    routing_facts = describe_request(routed, request.request_id)
+            return await _cached(admitted, endpoint, body, hit)
+    routing_facts = describe_request(routed, admitted.request_id)
     if body.stream:
-        return await _stream(request, endpoint, body, routed, routing_facts)
+        return await _stream(admitted, endpoint, body, routed, routing_facts)
 
     def whole(backend: Backend) -> Awaitable[Whole]:
         return endpoint.whole(backend, body)
 
-    gateway, operation = request.gateway, endpoint.operation
-    answered = await gateway.call(body.model, whole, operation, request.admit, routing_facts)
+    gateway, operation = admitted.gateway, endpoint.operation
+    answered = await gateway.call(body.model, whole, operation, admitted.admit, routing_facts)
     result = answered.value
-    request.facts.update(deployment=answered.deployment, route=answered.reason)
-    await request.settle(answered.bill(result.usage))
+    admitted.facts.update(deployment=answered.deployment, route=answered.reason)
+    await admitted.settle(answered.bill(result.usage))
     if cache_key is not None and isinstance(result, endpoint.cached):
         await cache.put(cache_key, result)
-    headers = request.headers(answered.headers(result.usage)) | endpoint.answer_headers(body)
+    headers = admitted.headers(answered.headers(result.usage)) | endpoint.answer_headers(body)
     return JSONBody(await endpoint.render(body, result), headers)
 
 
 async def _cached(
-    request: Admitted, endpoint: Endpoint[Req, Whole], body: Req, hit: Any
+    admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req, hit: Any
 ) -> ASGIApp:
     """A cache hit: nothing to charge, written as the client asked for it."""
-    await request.admission.settle(request.ticket, None)
-    request.facts["cache"] = "hit"
-    headers = request.headers({"x-shunter-cache": "hit"})
+    await admitted.admission.settle(admitted.ticket, None)
+    admitted.facts["cache"] = "hit"
+    headers = admitted.headers({"x-shunter-cache": "hit"})
     if body.stream:
         return EventStream(endpoint.replay(body, hit), headers)
     return JSONBody(await endpoint.render(body, hit), headers)
 
 
 async def _stream(
-    request: Admitted,
+    admitted: Admitted,
     endpoint: Endpoint[Req, Whole],
     body: Req,
     routed: ChatCompletionRequest | CompletionRequest,
@@ -171,12 +170,12 @@ async def _stream(
     def start(backend: Backend) -> FrameStream:
         return endpoint.stream(backend, body)
 
-    started, facts = time.perf_counter(), request.facts
-    stream = await request.gateway.open_stream(
+    started, facts = time.perf_counter(), admitted.facts
+    stream = await admitted.gateway.open_stream(
         body.model,
         start,
         endpoint.operation,
-        request.admit,
+        admitted.admit,
         routing_facts,
         resumable=routed,
         framed=endpoint.framed,
@@ -188,8 +187,8 @@ async def _stream(
     def end(failure: GatewayError | None) -> bytes:
         return endpoint.end(body, stream, failure)
 
-    frames = _sse(stream, facts, request.settle, end)
-    headers = request.headers(stream.headers) | endpoint.answer_headers(body)
+    frames = _sse(stream, facts, admitted.settle, end)
+    headers = admitted.headers(stream.headers) | endpoint.answer_headers(body)
     return EventStream(frames, headers)
 
 

@@ -22,6 +22,7 @@ exit status (a worker killed by a signal is always replaced).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -108,6 +109,11 @@ class Supervisor:
     def run(self) -> int:
         """Serve until every worker has exited; the exit status is the worst worker's."""
         previous = {sig: signal.signal(sig, self._stop) for sig in _STOP_SIGNALS}
+        # what was imported and built before the forks is shared with every worker until
+        # one writes to its pages: frozen, those objects are never walked by a worker's
+        # collections (which write to each object they visit), so their pages stay shared
+        gc.collect()
+        gc.freeze()
         try:
             for slot in range(len(self.sockets)):
                 self._spawn(slot)

@@ -37,7 +37,7 @@ class ChunkTranslator:
         self.model: str | None = None
         self.delivered: list[ChatCompletionChunk] | None = []
         """The chunks turned into events so far, for a stream that may be resumed
-        (:mod:`gateway.dispatch.resume`); set to ``None`` to keep none."""
+        (:mod:`gateway.dispatch.midstream.resume`); set to ``None`` to keep none."""
 
     def __aiter__(self) -> ChunkTranslator:
         return self

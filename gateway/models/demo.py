@@ -21,13 +21,15 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy is imported when a model is written, not by the gateway
+    import numpy as np
+    import numpy.typing as npt
+
+    F32Array = npt.NDArray[np.float32]
 
 DemoSize = Literal["tiny", "bench"]
-F32Array = npt.NDArray[np.float32]
 
 CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Control tokens, with ids 256, 257, 258 in every size; ``<|im_end|>`` is EOS."""
@@ -104,12 +106,15 @@ def _vocab(n_vocab: int) -> tuple[list[str], list[int], list[str]]:
 def _quantize_q8_0(data: F32Array) -> npt.NDArray[np.uint8]:
     """Quantize a (rows, cols) f32 array to q8_0 bytes, shape (rows, cols // 32 * 34)."""
     import gguf
+    import numpy as np
 
     return np.asarray(gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0), dtype=np.uint8)
 
 
 def _tensors(spec: _Spec, n_control: int, seed: int) -> Iterator[tuple[str, F32Array]]:
     """Yield (GGUF tensor name, numpy (rows, cols) array) for every weight, deterministically."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     d, head_dim = spec.n_embd, spec.n_embd // spec.n_head
     n_kv = spec.n_head_kv * head_dim

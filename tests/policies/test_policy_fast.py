@@ -3,6 +3,7 @@ live figures, requests and policies drawn from the whole step vocabulary."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ from policies import (
     Decision,
     LiveFigures,
     Policy,
+    Pool,
     Pricing,
     RequestFacts,
     builtin_primitives,
@@ -161,6 +163,64 @@ def test_fast_decision_equals_full(policy: Policy, fleet: list[Candidate], reque
     full = policy.route(request, fleet, now=NOW)
     fast = policy.route(request, fleet, now=NOW, explain=False)
     assert_same(full, fast)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=policies(),
+    fleet=fleets(),
+    asked=st.lists(requests, min_size=2, max_size=3),
+    changes=st.lists(st.tuples(st.integers(0, 299), st.sampled_from(["live", "down", "caps"]))),
+)
+def test_fast_decision_over_a_held_pool_equals_full(
+    policy: Policy, fleet: list[Candidate], asked: list[RequestFacts], changes: Any
+) -> None:
+    """Over a pool kept between requests (its filters' kinds worked out by the first) and
+    renewed as deployments change (live figures only, or their facts), every decision
+    is the full path's over the fleet as it is then."""
+    pool = Pool(fleet)
+    for request in asked:
+        assert_same(
+            policy.route(request, fleet, now=NOW),
+            policy.route(request, pool, now=NOW, explain=False),
+        )
+        for at, change in changes:
+            fleet[at % len(fleet)] = changed(fleet[at % len(fleet)], change)
+        pool = pool.renewed(list(fleet))
+
+
+def changed(cand: Candidate, change: str) -> Candidate:
+    """``cand`` measured anew, its breaker opened, or its context halved."""
+    facts = cand.facts
+    if change == "live":
+        return Candidate(facts, LiveFigures(in_flight=cand.live.in_flight + 1, error_rate=0.9))
+    if change == "down":
+        return Candidate(replace(facts, healthy=False, cooled_down_until=NOW + 5), cand.live)
+    caps = replace(
+        facts.capabilities, context_length=(facts.capabilities.context_length or 8192) // 2
+    )
+    return Candidate(replace(facts, capabilities=caps), cand.live)
+
+
+def backend_of(cand: Candidate) -> str:
+    return cand.facts.backend
+
+
+def test_a_pool_is_renewed_only_as_far_as_its_candidates_changed() -> None:
+    """The same candidates give the same pool; new live figures a new pool that keeps the
+    kinds already worked out; new facts a pool whose kinds are worked out anew."""
+    fleet = [Candidate(CandidateFacts(name=f"d{i}", backend="openai")) for i in range(3)]
+    pool = Pool(fleet)
+    kinds = pool.kinds(backend_of)
+    assert kinds.of == (0, 0, 0) and kinds.samples == (fleet[0],)
+    assert pool.renewed(list(fleet)) is pool
+    measured = pool.renewed([Candidate(c.facts, LiveFigures(in_flight=1)) for c in fleet])
+    assert measured is not pool and measured[0].live.in_flight == 1
+    assert measured.kinds(backend_of) is kinds
+    moved = [*fleet[:2], Candidate(replace(fleet[2].facts, backend="vllm"))]
+    renewed = pool.renewed(moved)
+    assert list(renewed) == moved
+    assert renewed.kinds(backend_of).of == (0, 0, 1)
 
 
 def test_fast_decision_with_a_thousand_deployments() -> None:

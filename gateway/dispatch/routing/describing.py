@@ -24,7 +24,7 @@ from gateway.dispatch.health.live import DeploymentTracker
 from gateway.planner import ModelSize
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from policies import Candidate as PolicyCandidate
-from policies import CandidateFacts, Capabilities, FitClass, Pricing, RequestFacts
+from policies import CandidateFacts, Capabilities, FitClass, Pool, Pricing, RequestFacts
 
 _CHARS_PER_TOKEN = 4
 _ROWS_HELD = 4096
@@ -42,6 +42,7 @@ class DeploymentDescriber:
         self._tables: _Held | None = None
         self._held: dict[str, Candidate] = {}
         self._rows_of: dict[int, tuple[Sequence[str], list[_Row]]] = {}
+        self._pools: dict[tuple[int, bool], tuple[Sequence[str], Pool]] = {}
         self._sizes: dict[str, tuple[DeploymentConfig, ModelSize | None]] = {}
 
     def size(self, settings: DeploymentConfig) -> ModelSize | None:
@@ -63,11 +64,12 @@ class DeploymentDescriber:
         gateway: _Tables,
         *,
         live: bool = True,
-    ) -> list[PolicyCandidate]:
+    ) -> Pool:
         """:meth:`__call__` for each named deployment of ``gateway``, in one loop: with
         hundreds of deployments per model this runs per request, so the deployments' tables
         are looked up once per config and the check that a deployment's facts still hold
-        is written out here."""
+        is written out here. The pool is the last call's while no candidate changed (its
+        filters' kinds are then worked out already)."""
         memo_get, fits = self._memo.get, gateway.fits.get
         learned = gateway.context_limits.fresh().get
         out: list[PolicyCandidate] = []
@@ -90,7 +92,17 @@ class DeploymentDescriber:
                 out.append(memo.bare)
             else:
                 out.append(self._measured(memo, backend, tracker))
-        return out
+        return self._renewed(names, live, out)
+
+    def _renewed(self, names: Sequence[str], live: bool, out: list[PolicyCandidate]) -> Pool:
+        """The pool last handed out for ``names``, renewed with ``out``."""
+        key = id(names), live
+        held = self._pools.get(key)
+        pool = held[1].renewed(out) if held is not None and held[0] is names else Pool(out)
+        if len(self._pools) >= _ROWS_HELD:  # bounded as _rows_of is
+            self._pools.clear()
+        self._pools[key] = names, pool
+        return pool
 
     def candidate(self, name: str, gateway: _Tables) -> Candidate:
         """The deployment as dispatch holds it, built once per config."""
@@ -121,7 +133,7 @@ class DeploymentDescriber:
         tables = (gateway.config, gateway.backends, gateway.breakers, gateway.trackers)
         held = self._tables
         if held is None or any(a is not b for a, b in zip(held, tables, strict=True)):
-            self._tables, self._held, self._rows_of = tables, {}, {}
+            self._tables, self._held, self._rows_of, self._pools = tables, {}, {}, {}
 
     def _candidate(self, name: str) -> Candidate:
         known = self._held.get(name)

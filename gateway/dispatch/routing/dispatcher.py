@@ -16,7 +16,7 @@ import asyncio
 import functools
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from opentelemetry import trace
@@ -231,7 +231,7 @@ class Gateway:
             if order.index(name) < before and self.breakers[name].state == "open":
                 trail.leave(self._candidate(name), "breaker_open", fallback=True)
 
-    def policy_candidates(self, model: str, *, live: bool = True) -> list[PolicyCandidate]:
+    def policy_candidates(self, model: str, *, live: bool = True) -> Sequence[PolicyCandidate]:
         """``model``'s deployments as routing sees them now: config, health and (unless
         ``live`` is false: the policy does not read them) live figures."""
         return self._describe.pool(self.route(model).candidates, self, live=live)

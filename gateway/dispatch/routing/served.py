@@ -92,6 +92,11 @@ class ServedStream:
         return {**route_headers(self.candidate, self.reason), **_cascade(self.cascade, price, None)}
 
     @property
+    def usage(self) -> Usage | None:
+        """The answer's usage (every deployment's part, after a resume), once it ended."""
+        return self.rest.usage
+
+    @property
     def usage_frame(self) -> bytes | None:
         """The frame that carried the upstream's usage (chat and completions), if any."""
         return self.rest.usage_frame
@@ -99,7 +104,7 @@ class ServedStream:
     async def close(self) -> Bill:
         """Close the stream; its end goes to the live figures, its usage into the bill."""
         await self.rest.aclose()
-        usage = self.rest.usage
+        usage = self.usage
         attempt = self._attempt if self._surviving is None else self._surviving.attempt
         attempt.finish(usage.completion_tokens if usage else None)
         cost = self._resume.cost(usage) if self._resume is not None else None
