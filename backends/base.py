@@ -35,7 +35,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -100,6 +100,11 @@ class Timeouts(BaseModel):
     )
 
 
+MESSAGES_DROP = ("metadata", "context_management")
+"""What a Messages request loses by default on its way to a chat upstream: tracking
+metadata and Anthropic's server-side context editing."""
+
+
 class DeploymentSettings(BaseModel):
     """Fields every deployment has; each backend adds its own and a ``backend`` literal."""
 
@@ -120,6 +125,23 @@ class DeploymentSettings(BaseModel):
     )
     active_params_b: float | None = Field(
         default=None, gt=0, description="a mixture of experts: billions of parameters per token"
+    )
+    clamp_output: bool = Field(
+        default=False,
+        description=(
+            "a Messages request translated for this deployment whose output budget cannot "
+            "fit the context gets the budget that fits (x-shunter-clamped says so) instead "
+            "of a refusal"
+        ),
+    )
+    messages_drop: list[str] = Field(
+        default_factory=lambda: list(MESSAGES_DROP),
+        description=(
+            "Messages request fields this deployment drops (the answer names them in "
+            "x-shunter-dropped) where a translation to chat cannot map them; any other is "
+            "refused with a 400 naming it. Names: a top-level field, a content block type "
+            "(document, search_result...), 'server_tools', 'output_config.<key>'"
+        ),
     )
 
     def memory_plan(self, devices: Mapping[str, Device]) -> MemoryPlan | str:
@@ -189,6 +211,11 @@ class Capabilities:
     :meth:`~Backend.messages_stream`, :meth:`~Backend.count_message_tokens`)."""
     count_tokens: bool = False
     """Counts a chat request's prompt tokens exactly (:meth:`Backend.count_tokens`)."""
+    clamp_output: bool = False
+    """Lowers a translated Messages request's output budget to what fits the context."""
+    messages_drop: frozenset[str] = frozenset(MESSAGES_DROP)
+    """What a Messages request translated for it may lose, reported (the settings'
+    ``messages_drop``)."""
 
 
 @dataclass(frozen=True)
@@ -274,17 +301,22 @@ class Backend(ABC):
         """The prompt tokens of a chat request, exactly (``capabilities.count_tokens``)."""
         raise self.not_supported("exact token counts")
 
-    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
-        """The upstream's ``message`` for a Messages ``body`` (sent as it is), as it
-        answered, and its usage (``capabilities.native_messages``)."""
+    async def messages(
+        self, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> tuple[bytes, Usage]:
+        """The upstream's ``message`` for a Messages ``body`` (the client's bytes, sent
+        as they are but for ``model``, with the client's ``headers`` for the upstream),
+        as it answered, and its usage (``capabilities.native_messages``)."""
         raise self.not_supported("native Messages")
 
-    def messages_stream(self, body: dict[str, Any]) -> FrameStream:
+    def messages_stream(self, body: bytes, headers: Mapping[str, str] | None = None) -> FrameStream:
         """The upstream's SSE events for a Messages ``body``, passed through up to
         ``message_stop`` (``capabilities.native_messages``)."""
         raise self.not_supported("native Messages")
 
-    async def count_message_tokens(self, body: dict[str, Any]) -> int:
+    async def count_message_tokens(
+        self, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> int:
         """The upstream's own ``count_tokens`` for a Messages ``body``
         (``capabilities.native_messages``)."""
         raise self.not_supported("native Messages")

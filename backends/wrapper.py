@@ -8,8 +8,7 @@ of :class:`~backends.base.Backend` for the method).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
 
 from backends.base import Backend, Capabilities, LiveStats
 from gateway.protocol import (
@@ -74,14 +73,18 @@ class WrapperBackend(Backend):
     async def count_tokens(self, request: ChatCompletionRequest) -> int:
         return await self._backend.count_tokens(request)
 
-    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
-        return await self._backend.messages(body)
+    async def messages(
+        self, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> tuple[bytes, Usage]:
+        return await self._backend.messages(body, headers)
 
-    def messages_stream(self, body: dict[str, Any]) -> FrameStream:
-        return self._backend.messages_stream(body)
+    def messages_stream(self, body: bytes, headers: Mapping[str, str] | None = None) -> FrameStream:
+        return self._backend.messages_stream(body, headers)
 
-    async def count_message_tokens(self, body: dict[str, Any]) -> int:
-        return await self._backend.count_message_tokens(body)
+    async def count_message_tokens(
+        self, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> int:
+        return await self._backend.count_message_tokens(body, headers)
 
     async def health(self, timeout_s: float) -> bool | None:
         return await self._backend.health(timeout_s)

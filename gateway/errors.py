@@ -98,7 +98,14 @@ class InvalidRequestError(GatewayError):
 
 
 class ContextLengthExceededError(InvalidRequestError):
+    """The request does not fit the model's context. Where the gateway measured it,
+    the figures (``prompt_tokens``, ``max_tokens``, ``limit``) let each API word it its
+    own way."""
+
     default_code = "context_length_exceeded"
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    limit: int | None = None
 
 
 class AuthenticationError(GatewayError):

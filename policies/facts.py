@@ -63,6 +63,12 @@ class Capabilities:
     images: bool = False
     context_length: int | None = None
     context_learned: bool = False
+    clamps_output: bool = False
+    """Lowers an output budget that cannot fit to what does: only the prompt must fit."""
+
+    def budget(self, max_tokens: int | None) -> int:
+        """The output tokens a request asking for ``max_tokens`` needs room for here."""
+        return 1 if self.clamps_output else max_tokens or 0
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ class Capable(FilterStep):
         ):
             return False
         context = caps.context_length
-        return context is None or not req.prompt_tokens + (req.max_tokens or 0) > context
+        return context is None or not req.prompt_tokens + caps.budget(req.max_tokens) > context
 
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
         """Check tools, json_schema, images and prompt + max_tokens against the context
@@ -117,7 +117,7 @@ class Capable(FilterStep):
         ]
         if missing:
             return Check(False, "no " + ", ".join(missing))
-        need = req.prompt_tokens + (req.max_tokens or 0)
+        need = req.prompt_tokens + caps.budget(req.max_tokens)
         if caps.context_length is not None and need > caps.context_length:
             learned = " (learned)" if caps.context_learned else ""
             return Check(False, f"needs {need} tokens > context {caps.context_length}{learned}")

@@ -62,7 +62,11 @@ MODEL_FILES = (
 """Model paths the examples name, relative to the folder they run in."""
 CACHED_MODELS = ("qwen2.5-0.5b-instruct-q8_0", "my-70b-q4")
 """Model-cache names the examples use (what ``shunter pull`` would have stored)."""
-KEY_VARIABLES = {"OPENAI_API_KEY": "sk-test-openai", "WORKER_KEY": "sk-test-worker"}
+KEY_VARIABLES = {
+    "OPENAI_API_KEY": "sk-test-openai",
+    "ANTHROPIC_API_KEY": "sk-test-anthropic",
+    "WORKER_KEY": "sk-test-worker",
+}
 EXPECTED_WORDS = {"What is the capital of France?": "Paris", "Name a city": "country"}
 """A python block containing the key must print the word."""
 BASH_VALUES = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -25,7 +25,7 @@ from backends.anthropic.wire import from_message, to_messages_request
 from backends.base import Capabilities, continues_final
 from backends.http.backend import HTTPBackend
 from backends.http.errors import annotate, cut_error, error_for_status, protocol_error
-from backends.http.jsonbody import encode_json, load_json
+from backends.http.jsonbody import load_json
 from backends.http.sse import parse_event
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.protocol import (
@@ -37,6 +37,7 @@ from gateway.protocol import (
     Usage,
 )
 from gateway.protocol.messages import error_status
+from gateway.protocol.rawbody import RawBody
 
 __all__ = ["AnthropicBackend", "AnthropicSettings"]
 
@@ -116,22 +117,39 @@ class AnthropicBackend(HTTPBackend[AnthropicSettings]):
 
     # --- Messages as they are ------------------------------------------------------------
 
-    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Usage]:
-        """The upstream's ``message`` for ``body`` as it sent it, and its usage."""
-        content = await self._post(MESSAGES_PATH, {**body, "model": self._settings.model})
+    async def messages(
+        self, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> tuple[bytes, Usage]:
+        """The upstream's ``message`` for ``body`` (the client's bytes, the deployment's
+        ``model`` set), as it sent it, and its usage."""
+        content = await self._post(MESSAGES_PATH, self._as_sent(body), headers)
         return content, answer_usage(content, self.name)
 
-    def messages_stream(self, body: dict[str, Any]) -> PassThrough:
-        """The upstream's events for ``body``, as it sent them, up to ``message_stop``."""
-        sent = {**body, "model": self._settings.model, "stream": True}
-        return PassThrough(self.post_stream(MESSAGES_PATH, sent), self.name, self._event_error)
+    def messages_stream(self, body: bytes, headers: Mapping[str, str] | None = None) -> PassThrough:
+        """The upstream's events for ``body`` (as :meth:`messages` sends it, ``stream:
+        true``), as it sent them, up to ``message_stop``."""
+        sent = self._as_sent(body, stream=True)
+        opened = self.post_stream(MESSAGES_PATH, sent, headers)
+        return PassThrough(opened, self.name, self._event_error)
 
-    async def count_message_tokens(self, body: dict[str, Any]) -> int:
+    async def count_message_tokens(
+        self, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> int:
         """The upstream's own ``count_tokens`` for ``body``."""
         upstream = self._require_upstream()
-        payload = encode_json({**body, "model": self._settings.model})
-        content = await upstream.post(COUNT_TOKENS_PATH, payload, self._settings.timeouts.total_s)
+        total_s = self._settings.timeouts.total_s
+        content = await upstream.post(COUNT_TOKENS_PATH, self._as_sent(body), total_s, headers)
         return input_tokens(content, self.name)
+
+    def _as_sent(self, body: bytes, *, stream: bool = False) -> bytes:
+        """``body`` byte for byte, but for ``model`` (and ``stream`` when it must be set)."""
+        raw = RawBody.read(body)
+        changes: dict[str, Any] = {"model": self._settings.model}
+        if stream and raw.data.get("stream") is not True:
+            changes["stream"] = True
+        if raw.data.get("model") == self._settings.model and len(changes) == 1:
+            return body
+        return raw.spliced(changes)
 
     # --- wire ----------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -106,25 +106,33 @@ class HTTPBackend(Backend, Generic[S]):
             return False
         return True
 
-    async def _post(self, path: str, body: dict[str, Any]) -> bytes:
-        """POST ``body`` as JSON, counted in flight; the answer's bytes."""
+    async def _post(
+        self, path: str, body: dict[str, Any] | bytes, headers: Mapping[str, str] | None = None
+    ) -> bytes:
+        """POST ``body`` (JSON: a dict encoded, or bytes as they are), counted in flight;
+        the answer's bytes."""
         upstream = self._require_upstream()
+        payload = body if isinstance(body, bytes) else encode_json(body)
         self._in_flight += 1
         try:
-            return await upstream.post(path, encode_json(body), self._settings.timeouts.total_s)
+            return await upstream.post(path, payload, self._settings.timeouts.total_s, headers)
         finally:
             self._in_flight -= 1
 
     @contextlib.asynccontextmanager
-    async def post_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[FrameBatches]:
-        """POST ``body`` as a streaming request and hand over its SSE frames, counted in
-        flight, transport failures mapped (as everywhere) until the block ends."""
+    async def post_stream(
+        self, path: str, body: dict[str, Any] | bytes, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[FrameBatches]:
+        """POST ``body`` (as :meth:`_post` does) as a streaming request and hand over its
+        SSE frames, counted in flight, transport failures mapped (as everywhere) until
+        the block ends."""
         upstream = self._require_upstream()
+        payload = body if isinstance(body, bytes) else encode_json(body)
         self._in_flight += 1
         try:
             with self._map_errors():
                 async with upstream.stream(
-                    path, encode_json(body), self._settings.timeouts
+                    path, payload, self._settings.timeouts, headers
                 ) as frames:
                     yield frames
         finally:

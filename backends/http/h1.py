@@ -269,7 +269,8 @@ class H1Response:
 class H1Pool:
     """Keep-alive connections to one origin (``base_url``), at most ``max_connections``.
 
-    ``headers`` go on every request (host, user agent, credentials). A connection that
+    ``headers`` go on every request (host, user agent, credentials), unless a request
+    sets one of them itself (a client's own ``anthropic-version``). A connection that
     the upstream closed while idle is dropped before reuse; a reused one that fails
     before any response byte arrived is retried once on a fresh connection (the upstream
     closed it without reading the request).
@@ -294,7 +295,8 @@ class H1Pool:
         self._ssl = ssl_context if ssl_context is not None or not self._tls else _ssl_context()
         netloc = parts.netloc.rpartition("@")[2]
         fixed = {"host": netloc, **{k.lower(): v for k, v in headers.items()}}
-        self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items()).encode("latin-1")
+        self._fixed_headers = fixed
+        self._fixed = _head_lines(fixed)
         self._max = max_connections
         self._expiry = keepalive_expiry
         self._idle: list[tuple[_Connection, float]] = []
@@ -415,17 +417,25 @@ class H1Pool:
     def _head(
         self, method: str, path: str, length: int, headers: Mapping[str, str] | None
     ) -> bytes:
-        extra = ""
+        extra, fixed = "", self._fixed
         if headers:
             extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
             if extra.count("\n") != len(headers) or extra.count("\r") != len(headers):
                 # per-request values (a client's trace context) must never add a header
                 raise ValueError("HTTP header names and values must not contain line breaks")
+            own = {k.lower() for k in headers}
+            if not own.isdisjoint(self._fixed_headers):  # the request's value, once
+                kept = {k: v for k, v in self._fixed_headers.items() if k not in own}
+                fixed = _head_lines(kept)
         return (
             f"{method} {self._path(path)} HTTP/1.1\r\n".encode("latin-1")
-            + self._fixed
+            + fixed
             + f"{extra}content-length: {length}\r\n\r\n".encode("latin-1")
         )
+
+
+def _head_lines(headers: Mapping[str, str]) -> bytes:
+    return "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1")
 
 
 def _closing(conn: _Connection) -> bool:

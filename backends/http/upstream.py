@@ -49,6 +49,10 @@ while they are set carries them. A context variable (as OpenTelemetry's own cont
 so that they follow the request through tasks without every backend passing them on."""
 
 
+Headers = Mapping[str, str] | None
+"""Per-request headers besides an upstream's fixed ones (a client's own, passed on)."""
+
+
 def _with_context(extra: Mapping[str, str] | None) -> Mapping[str, str] | None:
     """``extra`` plus the current request's context headers (either may be absent)."""
     context = REQUEST_CONTEXT.get()
@@ -77,12 +81,15 @@ class Upstream(Protocol):
 
     redactor: Redactor
 
-    async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
-        """POST a JSON ``body``; the answer's bytes, or the upstream's error mapped."""
+    async def post(
+        self, path: str, body: bytes, total_s: float | None, headers: Headers = None
+    ) -> bytes:
+        """POST a JSON ``body`` (with ``headers`` besides the fixed ones); the answer's
+        bytes, or the upstream's error mapped."""
         ...
 
     def stream(
-        self, path: str, body: bytes, timeouts: Timeouts
+        self, path: str, body: bytes, timeouts: Timeouts, headers: Headers = None
     ) -> AbstractAsyncContextManager[FrameBatches]:
         """POST a streaming request and iterate its SSE frames: the first byte within
         ``first_token_s``, each later read as well, the whole stream within ``total_s``."""
@@ -155,16 +162,24 @@ class H1Upstream:
             keepalive_expiry=_KEEPALIVE_S,
         )
 
-    async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
-        return await self._whole("POST", path, body, total_s, self._connect_s)
+    async def post(
+        self, path: str, body: bytes, total_s: float | None, headers: Headers = None
+    ) -> bytes:
+        return await self._whole("POST", path, body, total_s, self._connect_s, headers)
 
     async def _whole(
-        self, method: str, path: str, body: bytes, total_s: float | None, connect_s: float | None
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        total_s: float | None,
+        connect_s: float | None,
+        headers: Headers = None,
     ) -> bytes:
         try:
             async with asyncio.timeout(total_s):
                 response = await self._pool.request(
-                    method, path, body, headers=REQUEST_CONTEXT.get(), connect_timeout=connect_s
+                    method, path, body, headers=_with_context(headers), connect_timeout=connect_s
                 )
                 content = await response.read()
         except h1.H1Error as exc:
@@ -180,7 +195,7 @@ class H1Upstream:
 
     @asynccontextmanager
     async def stream(
-        self, path: str, body: bytes, timeouts: Timeouts
+        self, path: str, body: bytes, timeouts: Timeouts, headers: Headers = None
     ) -> AsyncIterator[FrameBatches]:
         first_byte_s = first_byte_limit(timeouts)
         deadline = _deadline(timeouts.total_s)
@@ -190,7 +205,7 @@ class H1Upstream:
                 "POST",
                 path,
                 body,
-                headers=_with_context(_EVENT_STREAM),
+                headers=_with_context({**_EVENT_STREAM, **(headers or {})}),
                 connect_timeout=connect_s,
                 head_timeout=first_byte_s,
                 read_timeout=first_byte_s,
@@ -261,14 +276,18 @@ class HttpxUpstream:
         )
         self._connect_s = timeouts.connect_s
 
-    async def post(self, path: str, body: bytes, total_s: float | None) -> bytes:
-        return await self._whole("POST", path, body, total_s)
+    async def post(
+        self, path: str, body: bytes, total_s: float | None, headers: Headers = None
+    ) -> bytes:
+        return await self._whole("POST", path, body, total_s, headers)
 
-    async def _whole(self, method: str, path: str, body: bytes, total_s: float | None) -> bytes:
+    async def _whole(
+        self, method: str, path: str, body: bytes, total_s: float | None, headers: Headers = None
+    ) -> bytes:
         try:
             async with asyncio.timeout(total_s):
                 response = await self._client.request(
-                    method, path, content=body, headers=REQUEST_CONTEXT.get()
+                    method, path, content=body, headers=_with_context(headers)
                 )
         except httpx.HTTPError as exc:
             raise error_for_transport(self._name, exc, self.redactor) from exc
@@ -282,12 +301,16 @@ class HttpxUpstream:
 
     @asynccontextmanager
     async def stream(
-        self, path: str, body: bytes, timeouts: Timeouts
+        self, path: str, body: bytes, timeouts: Timeouts, headers: Headers = None
     ) -> AsyncIterator[FrameBatches]:
         first_byte_s = first_byte_limit(timeouts)
         timeout = httpx.Timeout(first_byte_s, connect=self._connect_s, pool=self._connect_s)
         request = self._client.build_request(
-            "POST", path, content=body, headers=_with_context(_EVENT_STREAM), timeout=timeout
+            "POST",
+            path,
+            content=body,
+            headers=_with_context({**_EVENT_STREAM, **(headers or {})}),
+            timeout=timeout,
         )
         deadline = _deadline(timeouts.total_s)
         first_deadline = _deadline(first_byte_s)

@@ -236,7 +236,12 @@ class LlamaCppBackend(Backend):
                 count_tokens=True,
             )
         return Capabilities(
-            tools=True, json_schema=True, context_length=self._n_ctx, count_tokens=True
+            tools=True,
+            json_schema=True,
+            context_length=self._n_ctx,
+            count_tokens=True,
+            messages_drop=frozenset(self._settings.messages_drop),
+            clamp_output=self._settings.clamp_output,
         )
 
     @property

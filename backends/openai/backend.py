@@ -54,6 +54,7 @@ from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    ChoiceDelta,
     Completion,
     CompletionRequest,
     EmbeddingRequest,
@@ -107,6 +108,8 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
             context_length=s.context_length,
             prefill=s.prefill,
             chat_stream_raw=True,
+            messages_drop=frozenset(s.messages_drop),
+            clamp_output=s.clamp_output,
         )
 
     def login_headers(self, key: str | None) -> dict[str, str]:
@@ -214,6 +217,9 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
                 for frame in frames_of(block):
                     chunk = self._parse(kind, frame[5:])
                     chunk.model = request.model
+                    if isinstance(chunk, ChatCompletionChunk):
+                        for choice in chunk.choices:
+                            _read_reasoning(choice.delta)
                     head = head or chunk
                     if chunk.usage is not None:
                         usage, chunk.usage = chunk.usage, None
@@ -246,6 +252,9 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
         body = request.model_dump(exclude_none=True, by_alias=True)
         body["model"] = self._settings.model
         body["stream"] = stream
+        field = self._settings.output_budget_field()
+        if field is not None and isinstance(request, ChatCompletionRequest):
+            _name_budget(body, field)
         if stream:
             body["stream_options"] = {**body.get("stream_options", {}), "include_usage": True}
         else:
@@ -253,7 +262,11 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
         return body
 
     def _from_wire(self, model: type[_M], content: bytes) -> _M:
-        return self._parse(model, content)
+        parsed = self._parse(model, content)
+        if isinstance(parsed, ChatCompletion):
+            for choice in parsed.choices:
+                _read_reasoning(choice.message)
+        return parsed
 
     def _parse(self, model: type[_M], data: bytes) -> _M:
         try:
@@ -312,6 +325,23 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
         shown = redactor.for_client(message if isinstance(message, str) else body[:300])
         exc = UpstreamError(f"upstream {self.name} sent an error mid-stream: {shown}")
         return annotate(exc, counts_as_failure=True, upstream_body=redactor.for_log(body))
+
+
+def _name_budget(body: dict[str, Any], field: str) -> None:
+    """Send the output budget under ``field`` (one name, the other taken out)."""
+    other = "max_tokens" if field == "max_completion_tokens" else "max_completion_tokens"
+    budget = body.pop(other, None)
+    if budget is not None:
+        body.setdefault(field, budget)
+
+
+def _read_reasoning(message: AssistantMessage | ChoiceDelta) -> None:
+    """An upstream's ``reasoning`` (OpenRouter, newer vLLM) read as ``reasoning_content``
+    (DeepSeek's, llama.cpp's server's and the gateway's own name)."""
+    extra = message.model_extra
+    reasoning = extra.pop("reasoning", None) if extra else None
+    if isinstance(reasoning, str) and message.reasoning_content is None:
+        message.reasoning_content = reasoning
 
 
 def _data_of(raw: bytes) -> tuple[bytes, int, bool, bytes | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field
 
@@ -35,6 +36,23 @@ class OpenAICompatSettings(HTTPDeploymentSettings):
     logprobs: bool = Field(
         default=True, description="the upstream returns token logprobs (a cascade can judge it)"
     )
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = Field(
+        default=None,
+        description=(
+            "the name a chat request's output budget goes up under: max_completion_tokens "
+            "for OpenAI's own API (its reasoning models refuse max_tokens), max_tokens for "
+            "servers that know only that one; unset: max_completion_tokens when base_url "
+            "is api.openai.com, else the budget goes as the request named it (llama.cpp's "
+            "server, vLLM and Ollama take both)"
+        ),
+    )
+
+    def output_budget_field(self) -> str | None:
+        """The name an output budget is sent under; ``None``: as the request named it."""
+        if self.max_tokens_field is not None:
+            return self.max_tokens_field
+        host = urlsplit(self.base_url).hostname or ""
+        return "max_completion_tokens" if host == "api.openai.com" else None
 
     def returns_logprobs(self) -> bool:
         return self.logprobs

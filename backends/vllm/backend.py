@@ -92,7 +92,12 @@ class VLLMBackend(Backend):
         # vLLM 0.32 refuses every tool_choice but "none" without a tool parser
         tools = self._settings.tool_call_parser is not None
         return Capabilities(
-            tools=tools, json_schema=True, context_length=length, chat_stream_raw=True
+            tools=tools,
+            json_schema=True,
+            context_length=length,
+            chat_stream_raw=True,
+            messages_drop=frozenset(self._settings.messages_drop),
+            clamp_output=self._settings.clamp_output,
         )
 
     @property

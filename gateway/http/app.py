@@ -18,7 +18,7 @@ from gateway.admission.cache import ResponseCache
 from gateway.admission.limits import RateLimit
 from gateway.config import CacheRule, GatewayConfig
 from gateway.dispatch import Gateway, ReplicaSync
-from gateway.errors import GatewayError
+from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
 from gateway.http.intake import Services
@@ -30,6 +30,7 @@ from gateway.http.ui import UI_ROUTES, StatusPage
 from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import HostedTools
 from gateway.ingress.store import ResponseStore
+from gateway.protocol.messages import overflow_message
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
 from gateway.telemetry.instruments import Telemetry
@@ -176,7 +177,10 @@ def _cache_rules(config: GatewayConfig) -> dict[str, CacheRule]:
 
 def _gateway_error(request: Request[Any, Any, Any], exc: GatewayError) -> Response[dict[str, Any]]:
     if _anthropic(request):
-        return _anthropic_error(request, exc.status_code, exc.message, exc.headers())
+        message = exc.message
+        if isinstance(exc, ContextLengthExceededError) and exc.limit is not None:
+            message = overflow_message(exc.prompt_tokens or 0, exc.max_tokens or 0, exc.limit)
+        return _anthropic_error(request, exc.status_code, message, exc.headers())
     return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
 
 

@@ -94,6 +94,11 @@ class Endpoint(ABC, Generic[Req, Whole]):
     def stream(self, backend: Backend, body: Req) -> FrameStream:
         """``backend``'s answer as a stream of frames to write."""
 
+    def answer_headers(self, body: Req) -> dict[str, str]:
+        """Headers the answer adds once a deployment took the request (what its
+        translation dropped)."""
+        return {}
+
     @abstractmethod
     async def render(self, body: Req, answer: Whole) -> bytes:
         """A whole answer (or a cache hit) as the response body."""

@@ -1,9 +1,9 @@
 """``/v1/messages``: Anthropic's Messages API on the shared request path.
 
-A request is translated to the gateway's chat request (:mod:`gateway.ingress.messages`),
-so every backend serves it; one routed to a backend whose upstream speaks Messages itself
-(``anthropic``) is passed through untouched. Besides, ``POST /v1/messages/count_tokens``,
-and errors on these routes in Anthropic's shape.
+A request routed to a backend whose upstream speaks Messages itself (``anthropic``) is
+passed through as the client sent it; one routed elsewhere is translated to the gateway's
+chat request (:mod:`gateway.ingress.messages`) under that deployment's rules. Besides,
+``POST /v1/messages/count_tokens``, and errors on these routes in Anthropic's shape.
 """
 
 from __future__ import annotations
@@ -20,61 +20,71 @@ from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
 from gateway.admission.keys import check_model
-from gateway.dispatch import ServedStream
-from gateway.errors import GatewayError
+from gateway.dispatch import ServedStream, describe_request
+from gateway.errors import GatewayError, InvalidRequestError
 from gateway.http.abilities import native_messages, token_counter
 from gateway.http.asgi import JSONBody
 from gateway.http.endpoint import Endpoint
 from gateway.http.intake import (
     Services,
     credentials,
-    parse_body,
     read_body,
     request_facts,
     taking_work,
 )
 from gateway.http.serving import handle
+from gateway.ingress.message_answer import message_answer
 from gateway.ingress.message_events import MessageEvents
-from gateway.ingress.messages import MessagesCall, NativeMessage, message_answer, to_chat
+from gateway.ingress.messages import FORWARDED_HEADERS, MessagesCall, NativeMessage
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.frames import FrameStream
-from gateway.protocol.messages import (
-    CountTokensRequest,
-    MessagesRequest,
-    anthropic_status,
-    error_body,
-)
+from gateway.protocol.messages import CountTokensRequest, anthropic_status, error_body
+from gateway.telemetry.tracing import note_request
 
 Answered = ChatCompletion | NativeMessage
 
 
 class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
+    """One per request: it carries the client's headers that a Messages upstream gets."""
+
     operation = "messages"
     x_api_key = True
 
+    def __init__(self, headers: dict[str, str] | None = None) -> None:
+        self.forwarded_headers = headers or {}
+
     def parse(self, raw: bytes) -> MessagesCall:
-        body = parse_body(MessagesRequest, raw)
-        return MessagesCall(body, to_chat(body))
+        call = MessagesCall.read(raw, self.forwarded_headers)
+        note_request(call.body)  # the span's sampling parameters
+        return call
 
     def request(self, call: MessagesCall) -> ChatCompletionRequest:
-        return call.chat
+        return call.routed()
 
     def facts(self, call: MessagesCall) -> RequestFacts:
-        return RequestFacts.of_chat(call.chat)
+        return RequestFacts.of_chat(call.routed())
 
     async def whole(self, backend: Backend, call: MessagesCall) -> Answered:
         native = native_messages(backend)
         if native is not None:
-            content, usage = await native.messages(call.native(stream=False))
+            call.dropped, call.clamped = [], None
+            content, usage = await native.messages(call.native(), call.headers)
             return NativeMessage(content, usage)
-        return await backend.chat(call.chat)
+        return await backend.chat(_translated(backend, call))
 
     def stream(self, backend: Backend, call: MessagesCall) -> FrameStream:
         native = native_messages(backend)
         if native is not None:
-            return native.messages_stream(call.native(stream=True))
-        return MessageEvents(backend.chat_stream(call.chat), call.model)
+            call.dropped, call.clamped = [], None
+            return native.messages_stream(call.native(), call.headers)
+        return MessageEvents(backend.chat_stream(_translated(backend, call)), call.model)
+
+    def answer_headers(self, call: MessagesCall) -> dict[str, str]:
+        headers = {"x-shunter-dropped": ",".join(call.dropped)} if call.dropped else {}
+        if call.clamped is not None:
+            headers["x-shunter-clamped"] = f"max_tokens={call.clamped}"
+        return headers
 
     async def render(self, call: MessagesCall, answer: Answered) -> bytes:
         if isinstance(answer, NativeMessage):
@@ -91,41 +101,66 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         return sse("error", error_body(anthropic_status(failure.status_code), failure.message))
 
 
-MESSAGES = MessagesEndpoint()
+def _translated(backend: Backend, call: MessagesCall) -> ChatCompletionRequest:
+    """The chat request ``backend`` gets; a request it cannot take is the client's
+    fault (a 400 naming the field), not the deployment's. A deployment that clamps
+    output budgets gets one that fits its context, by routing's own estimate."""
+    caps = backend.capabilities
+    try:
+        chat = call.chat(caps.messages_drop)
+    except InvalidRequestError as exc:
+        exc.counts_as_failure = False
+        raise
+    call.clamped = None
+    if caps.clamp_output and caps.context_length is not None and chat.max_tokens:
+        room = max(1, caps.context_length - describe_request(chat).prompt_tokens)
+        if chat.max_tokens > room:
+            chat.max_tokens = call.clamped = room
+    return chat
+
+
+def forwarded(scope: Scope) -> dict[str, str]:
+    """The client's headers that a Messages upstream gets (``anthropic-beta``)."""
+    wanted = {name.encode("latin-1") for name in FORWARDED_HEADERS}
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope.get("headers", ())
+        if name.lower() in wanted
+    }
 
 
 @asgi("/v1/messages", copy_scope=False)
 async def messages(scope: Scope, receive: Receive, send: Send) -> None:
-    await handle(scope, receive, send, MESSAGES)
+    await handle(scope, receive, send, MessagesEndpoint(forwarded(scope)))
 
 
 @asgi("/v1/messages/count_tokens", copy_scope=False)
 async def messages_count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
     """``POST /v1/messages/count_tokens``: the key and its model scope are checked (no
     limits are taken: nothing is generated). Exact where the model's first deployment can
-    count (a local engine with its chat template, or an Anthropic upstream's own count);
-    estimated elsewhere. ``x-shunter-token-count`` says which: ``exact``, ``upstream`` or
-    ``estimated``."""
+    count (a local engine with its chat template, or an Anthropic upstream's own count,
+    which gets the body as sent); estimated elsewhere. ``x-shunter-token-count`` says
+    which: ``exact``, ``upstream`` or ``estimated``."""
     if scope.get("method") != "POST":
         raise MethodNotAllowedException(headers={"allow": "POST"})
     state = scope["app"].state
     gateway = taking_work(state.gateway)
     services: Services = state.services
     key = await services.admission.authenticate(credentials(scope, x_api_key=True))
-    body = parse_body(CountTokensRequest, await read_body(scope, receive))
-    request_facts(scope).update(key_id=key.id, model=body.model)
-    check_model(key, body.model)
-    backend = gateway.first_choice(body.model)
-    call = MessagesCall(body, to_chat(body, stream=False))
+    raw = await read_body(scope, receive)
+    call = MessagesCall.read(raw, forwarded(scope), CountTokensRequest)
+    note_request(call.body)
+    request_facts(scope).update(key_id=key.id, model=call.model)
+    check_model(key, call.model)
+    backend = gateway.first_choice(call.model)
     native, counter = native_messages(backend), token_counter(backend)
     if native is not None:
-        asked = call.native(stream=False)
-        asked.pop("max_tokens", None)
-        tokens, how = await native.count_message_tokens(asked), "upstream"
+        body = call.native(count=True)
+        tokens, how = await native.count_message_tokens(body, call.headers), "upstream"
     elif counter is not None:
-        tokens, how = await counter.count_tokens(call.chat), "exact"
+        tokens, how = await counter.count_tokens(call.routed()), "exact"
     else:
-        tokens, how = RequestFacts.of_chat(call.chat).prompt_tokens, "estimated"
+        tokens, how = RequestFacts.of_chat(call.routed()).prompt_tokens, "estimated"
     answer = JSONBody(_json({"input_tokens": tokens}), {"x-shunter-token-count": how})
     await answer(scope, receive, send)
 

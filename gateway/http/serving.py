@@ -165,7 +165,7 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
     await admitted.settle(answered.bill(result.usage))
     if cache_key is not None and isinstance(result, endpoint.cached):
         await cache.put(cache_key, result)
-    headers = admitted.headers(answered.headers(result.usage))
+    headers = admitted.headers(answered.headers(result.usage)) | endpoint.answer_headers(body)
     return JSONBody(await endpoint.render(body, result), headers)
 
 
@@ -212,7 +212,8 @@ async def _stream(
         return endpoint.end(body, stream, failure)
 
     frames = _sse(stream, facts, admitted.settle, end)
-    return EventStream(frames, admitted.headers(stream.headers))
+    headers = admitted.headers(stream.headers) | endpoint.answer_headers(body)
+    return EventStream(frames, headers)
 
 
 async def _sse(

@@ -3,8 +3,10 @@
 * :mod:`~gateway.ingress.responses`, :mod:`~gateway.ingress.response_events`: OpenAI's
   Responses API (whole answers and stream events), with stored conversations in
   :mod:`~gateway.ingress.store`;
-* :mod:`~gateway.ingress.messages`, :mod:`~gateway.ingress.message_events`: Anthropic's
-  Messages API (what both directions name differently is
+* :mod:`~gateway.ingress.messages`, :mod:`~gateway.ingress.message_answer`,
+  :mod:`~gateway.ingress.message_events`: Anthropic's Messages API (the request kept as
+  sent for a Messages upstream, translated for the rest; what both directions name
+  differently is
   :mod:`gateway.protocol.messages_codec`; a backend that speaks Messages natively says so
   in its capabilities);
 * :mod:`~gateway.ingress.translate`: the shared frame stream over chat chunks.

@@ -1,6 +1,9 @@
 """Chat chunks → Anthropic's Messages stream events.
 
-``message_start`` (then one ``ping``); per text run ``content_block_start`` (a ``text``
+``message_start`` (then one ``ping``); per run of reasoning (``reasoning_content``)
+``content_block_start`` (a ``thinking`` block), ``content_block_delta``
+(``thinking_delta``)..., then a ``signature_delta`` (empty: only Anthropic signs) and
+``content_block_stop``; per text run ``content_block_start`` (a ``text``
 block), ``content_block_delta`` (``text_delta``)..., ``content_block_stop``; per tool
 call ``content_block_start`` (a ``tool_use`` block, ``input: {}``), ``content_block_delta``
 (``input_json_delta``)..., ``content_block_stop``; then ``message_delta`` with the
@@ -50,6 +53,12 @@ class MessageEvents(ChunkTranslator):
     def feed(self, chunk: ChatCompletionChunk) -> list[bytes]:
         choice = chunk.choices[0]
         delta, frames = choice.delta, []
+        if delta.reasoning_content:
+            if self._open != "thinking":
+                frames.extend(self._start({"type": "thinking", "thinking": ""}, "thinking"))
+            frames.append(
+                self._delta({"type": "thinking_delta", "thinking": delta.reasoning_content})
+            )
         if delta.content:
             if self._open != "text":
                 frames.extend(self._start({"type": "text", "text": ""}, "text"))
@@ -111,6 +120,10 @@ class MessageEvents(ChunkTranslator):
     def _stop_block(self) -> list[bytes]:
         if self._open is None:
             return []
+        frames = []
+        if self._open == "thinking":
+            frames.append(self._delta({"type": "signature_delta", "signature": ""}))
         self._open = None
         data = {"type": "content_block_stop", "index": self._block}
-        return [sse("content_block_stop", data)]
+        frames.append(sse("content_block_stop", data))
+        return frames

@@ -1,46 +1,82 @@
-"""Anthropic Messages ⇄ the gateway's chat request and answer, and the native path.
+"""Anthropic Messages → the gateway's chat request, and the native path.
 
-Request (Messages → chat): ``system`` (a string or text blocks) becomes the system message;
-``text`` blocks become text, ``image`` blocks (base64 or url source) image parts,
-``tool_use`` blocks the assistant's ``tool_calls`` (input serialised to JSON) and
-``tool_result`` blocks ``tool`` messages (before the rest of their user turn, as Anthropic
-orders them; ``is_error`` results are prefixed ``Error:``); ``thinking`` blocks are
-skipped. ``tools`` (``input_schema`` → ``parameters``), ``tool_choice`` (``auto`` /
-``any`` → ``required`` / ``tool`` → a named function / ``none``;
-``disable_parallel_tool_use`` → ``parallel_tool_calls: false``), ``stop_sequences``,
-``temperature``, ``top_p``, ``top_k``, ``max_tokens`` and ``metadata.user_id`` (→ ``user``)
-map one to one.
-
-Answer (chat → Messages): text becomes one ``text`` block, each tool call a ``tool_use``
-block (arguments parsed back into ``input``); ``finish_reason`` ``stop`` → ``end_turn``
-(``stop_sequence`` when the backend says which stop string ended it), ``length`` →
-``max_tokens``, ``tool_calls`` → ``tool_use``. What the two formats call by different
-names is mapped in :mod:`gateway.protocol.messages_codec`, which the ``anthropic`` backend
-reads for the opposite direction.
-
+A Messages request is read once, as sent (:class:`~gateway.protocol.rawbody.RawBody`).
 A deployment whose backend speaks Messages itself (``capabilities.native_messages``: the
-``anthropic`` backend) gets the client's request as it came, with only ``model`` (and
-``stream``) set to the deployment's; its answer and events are passed back untouched.
+``anthropic`` backend) gets those bytes with only ``model`` changed, and the client's
+``anthropic-beta`` header. Every other deployment gets a chat request, translated when
+it is chosen, under its own rules; routing and admission read a lenient translation that
+never refuses (:meth:`MessagesCall.routed`).
+
+The translation loses nothing silently: each field maps, or is refused with a 400 naming
+it, or is dropped because the deployment's ``messages_drop`` setting lists it, and the
+answer says so (``x-shunter-dropped``). What maps (:func:`to_chat`):
+
+* ``system`` (a string or text blocks) → the first system message; a ``system`` turn in
+  ``messages`` (a mid-conversation system message) → a system message at its place;
+* ``text`` blocks → text, ``image`` blocks (base64 or url) → image parts, ``document``
+  blocks with a text source → text; ``tool_use`` → the assistant's ``tool_calls``;
+  ``tool_result`` → ``tool`` messages (before the rest of their user turn, as Anthropic
+  orders them; ``is_error`` results prefixed ``Error:``), the images in one → a user
+  message right after the tool messages (chat's tool messages carry text only);
+  ``thinking`` / ``redacted_thinking`` → omitted (chat takes no reasoning back);
+* ``tools`` (``input_schema`` → ``parameters``); server tools (a ``type`` such as
+  ``web_search_20250305``) are refused by name, or dropped under ``server_tools``;
+  ``tool_choice``, ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``,
+  ``max_tokens``; ``thinking.budget_tokens`` and ``output_config.effort`` →
+  ``reasoning_effort``; ``output_config.format`` → ``response_format``;
+* ``cache_control`` breakpoints → ``prompt_cache_key`` (a digest of the first message and
+  the tools); cached tokens come back as ``cache_read_input_tokens``;
+* ``metadata`` is never copied (its ``user_id`` identifies a device, not a user).
+
+The answers (chat → Messages) are in :mod:`gateway.ingress.message_answer`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from gateway.errors import InvalidRequestError
-from gateway.protocol import ChatCompletion, ChatCompletionRequest, ChatMessage, Usage
+from gateway.protocol import ChatCompletionRequest, ChatMessage, Usage
 from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
-from gateway.protocol.messages import Block, MessageParam, MessageResponse, MessagesRequest
+from gateway.protocol.messages import Block, MessageParam, MessagesRequest
 from gateway.protocol.messages_codec import (
     chat_tool,
     chat_tool_choice,
     image_url,
-    message_usage,
-    stop_reason,
+    reasoning_effort,
     tool_arguments,
-    tool_input,
 )
+from gateway.protocol.rawbody import RawBody
+from gateway.protocol.validation import request_error
+
+FORWARDED_HEADERS = ("anthropic-beta", "anthropic-version")
+"""The client's headers a Messages upstream gets as they came (``anthropic-version`` in
+place of the deployment's own setting)."""
+
+_MAPPED = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stream",
+        "thinking",
+        "output_config",
+    }
+)
+_SKIPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+_CLIENT_TOOLS = (None, "custom")
 
 
 @dataclass(frozen=True)
@@ -53,11 +89,27 @@ class NativeMessage:
 
 @dataclass
 class MessagesCall:
-    """One ``POST /v1/messages``: the request and the chat request it becomes elsewhere."""
+    """One ``POST /v1/messages`` (or ``count_tokens``): the body as sent, its model, the
+    client's headers for a Messages upstream, and the chat requests it becomes."""
 
+    raw: RawBody
     body: MessagesRequest
-    chat: ChatCompletionRequest
-    streams: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+    clamped: int | None = None  # the output budget a deployment lowered it to
+    _routed: ChatCompletionRequest | None = None
+
+    @classmethod
+    def read(
+        cls, raw: bytes, headers: dict[str, str], kind: type[MessagesRequest] = MessagesRequest
+    ) -> MessagesCall:
+        """The call for ``raw``; a 400 naming the field when the body is not a request."""
+        body = RawBody.read(raw)
+        try:
+            parsed = kind.model_validate(body.data)
+        except ValidationError as exc:
+            raise request_error(exc) from exc
+        return cls(body, parsed, headers)
 
     @property
     def model(self) -> str:
@@ -70,173 +122,306 @@ class MessagesCall:
     def include_usage(self) -> bool:
         return False
 
-    def chat_request(self) -> ChatCompletionRequest:
-        return self.chat
+    def routed(self) -> ChatCompletionRequest:
+        """The chat request routing, admission and the cache read: translated leniently
+        (nothing refused, nothing reported), so a request only a Messages upstream can
+        take is routed all the same."""
+        if self._routed is None:
+            try:
+                self._routed = to_chat(self.body, lenient=True)[0]
+            except InvalidRequestError:  # malformed for chat: the upstream may judge it
+                self._routed = _bare(self.body)
+        return self._routed
 
-    def native(self, *, stream: bool) -> dict[str, Any]:
-        """The request as a Messages upstream gets it: as it came (the backend sets its
-        own ``model``)."""
-        body = self.body.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        body.pop("stream", None)
-        if stream:
-            body["stream"] = True
-        return body
+    def chat(self, drops: frozenset[str]) -> ChatCompletionRequest:
+        """The chat request for a deployment that drops ``drops``; what it dropped is
+        noted in :attr:`dropped` (a 400 naming the field it can neither map nor drop)."""
+        chat, dropped = to_chat(self.body, drops=drops)
+        self.dropped = dropped
+        return chat
 
-
-def to_chat(body: MessagesRequest, *, stream: bool | None = None) -> ChatCompletionRequest:
-    """The chat request for a Messages request."""
-    messages: list[ChatMessage] = []
-    system = body.system_text()
-    if system:
-        messages.append(ChatMessage(role="system", content=system))
-    for i, message in enumerate(body.messages):
-        messages.extend(_turn(message, i))
-    if not messages:
-        raise InvalidRequestError("messages: at least one message is required", param="messages")
-    fields: dict[str, Any] = {
-        "model": body.model,
-        "messages": messages,
-        "max_tokens": body.max_tokens,
-        "stop": body.stop_sequences or None,
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "stream": body.stream if stream is None else stream,
-    }
-    if body.top_k is not None:
-        fields["top_k"] = body.top_k
-    user = (body.metadata or {}).get("user_id")
-    if isinstance(user, str):
-        fields["user"] = user
-    if body.tools:
-        fields["tools"] = [
-            chat_tool(tool.name, tool.description, tool.input_schema) for tool in body.tools
-        ]
-    choice = body.tool_choice
-    if choice is not None:
-        fields.update(_tool_choice(choice.type, choice.name, body))
-        if choice.disable_parallel_tool_use:
-            fields["parallel_tool_calls"] = False
-    return ChatCompletionRequest(**fields)
+    def native(self, *, count: bool = False) -> bytes:
+        """The body a Messages upstream gets: as sent, ``model`` set by the backend (a
+        token count goes without ``max_tokens``, which that endpoint refuses)."""
+        drop = ("max_tokens", "stream") if count else ()
+        return self.raw.spliced({}, drop) if drop else self.raw.text.encode("utf-8")
 
 
-def _turn(message: MessageParam, i: int) -> list[ChatMessage]:
-    content = message.content
-    if isinstance(content, str):
-        return [ChatMessage(role=message.role, content=content)]
-    if message.role == "assistant":
-        return [_assistant(content, i)]
-    out: list[ChatMessage] = []
-    parts: list[ContentPart] = []
-    for j, block in enumerate(content):
-        if block.type == "tool_result":
-            out.append(_tool_result(block, i, j))
-        elif block.type == "text":
-            parts.append(ContentPart(type="text", text=block.text or ""))
-        elif block.type == "image":
-            parts.append(_image(block, i, j))
-        elif block.type not in ("thinking", "redacted_thinking"):
-            raise _unsupported(block, i, j)
-    if parts:
-        if all(p.type == "text" for p in parts):
-            out.append(ChatMessage(role="user", content="".join(p.text or "" for p in parts)))
-        else:
-            out.append(ChatMessage(role="user", content=parts))
-    return out
+def to_chat(
+    body: MessagesRequest,
+    *,
+    drops: frozenset[str] = frozenset(),
+    lenient: bool = False,
+    stream: bool | None = None,
+) -> tuple[ChatCompletionRequest, list[str]]:
+    """The chat request for a Messages request, and the fields it dropped."""
+    translation = _Translation(body, drops, lenient)
+    return translation.request(stream), sorted(translation.dropped)
 
 
-def _assistant(content: list[Block], i: int) -> ChatMessage:
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    for j, block in enumerate(content):
-        if block.type == "text":
-            texts.append(block.text or "")
-        elif block.type == "tool_use":
-            if not block.id or not block.name:
-                raise InvalidRequestError(
-                    "tool_use blocks need an id and a name", param=f"messages[{i}].content[{j}]"
-                )
-            function = FunctionCall(name=block.name, arguments=tool_arguments(block.input))
-            calls.append(ToolCall(id=block.id, function=function))
-        elif block.type not in ("thinking", "redacted_thinking"):
-            raise _unsupported(block, i, j)
-    text = "".join(texts)
-    return ChatMessage(role="assistant", content=text or None, tool_calls=calls or None)
+class _Translation:
+    """One translation: refuses what it cannot map unless ``drops`` (or ``lenient``)
+    lets it go, and remembers what went."""
 
+    def __init__(self, body: MessagesRequest, drops: frozenset[str], lenient: bool) -> None:
+        self.body = body
+        self.drops = drops
+        self.lenient = lenient
+        self.dropped: set[str] = set()
+        self.cached = False  # a cache_control breakpoint was seen
 
-def _tool_result(block: Block, i: int, j: int) -> ChatMessage:
-    if not block.tool_use_id:
+    def drop(self, name: str, param: str, why: str) -> None:
+        """Drop ``name`` where the rules allow it, else refuse it (a 400 naming ``param``)."""
+        if self.lenient or name in self.drops:
+            self.dropped.add(name)
+            return
         raise InvalidRequestError(
-            "tool_result blocks need a tool_use_id",
-            param=f"messages[{i}].content[{j}].tool_use_id",
+            f"{param}: {why}; this deployment cannot take it (its messages_drop setting "
+            f"may list '{name}' to drop it instead)",
+            param=param,
         )
-    content = block.content
-    if content is None:
-        text = ""
-    elif isinstance(content, str):
-        text = content
-    else:
-        text = "".join(b.text or "" for b in content if b.type == "text")
-    if block.is_error:
-        text = f"Error: {text}"
-    return ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text)
+
+    def request(self, stream: bool | None) -> ChatCompletionRequest:
+        body = self.body
+        for name in (body.model_extra or {}).keys() - _MAPPED:
+            self._extra(name)
+        if body.metadata is not None:
+            self.drop("metadata", "metadata", "metadata has no chat equivalent")
+        messages = self._system()
+        for i, message in enumerate(body.messages):
+            messages.extend(self._turn(message, i))
+        if not messages:
+            raise InvalidRequestError(
+                "messages: at least one message is required", param="messages"
+            )
+        fields: dict[str, Any] = {
+            "model": body.model,
+            "messages": messages,
+            "max_tokens": body.max_tokens,
+            "stop": body.stop_sequences or None,
+            "temperature": body.temperature,
+            "top_p": body.top_p,
+            "stream": body.stream if stream is None else stream,
+        }
+        if body.top_k is not None:
+            fields["top_k"] = body.top_k
+        fields.update(self._tools())
+        fields.update(self._reasoning())
+        if self.cached:
+            fields["prompt_cache_key"] = prompt_cache_key(messages[0], fields.get("tools"))
+        return ChatCompletionRequest(**fields)
+
+    def _extra(self, name: str) -> None:
+        if name == "cache_control":
+            self.cached = True
+        else:
+            self.drop(name, name, "this field has no chat equivalent")
+
+    def _system(self) -> list[ChatMessage]:
+        system = self.body.system
+        if isinstance(system, list):
+            for block in system:
+                self._block_extras(block.model_extra, "system")
+        text = self.body.system_text()
+        return [ChatMessage(role="system", content=text)] if text else []
+
+    def _block_extras(self, extra: dict[str, Any] | None, param: str) -> None:
+        for name, value in (extra or {}).items():
+            if value is None or _says_nothing(name, value):
+                continue
+            if name == "cache_control":
+                self.cached = True
+            else:
+                self.drop(name, f"{param}.{name}", "this field has no chat equivalent")
+
+    # --- turns ---------------------------------------------------------------------------
+
+    def _turn(self, message: MessageParam, i: int) -> list[ChatMessage]:
+        content = message.content
+        if isinstance(content, str):
+            return [ChatMessage(role=message.role, content=content)]
+        if message.role == "assistant":
+            return [self._assistant(content, i)]
+        out: list[ChatMessage] = []
+        parts: list[ContentPart] = []
+        images: list[ContentPart] = []  # from tool results: after the tool messages
+        for j, block in enumerate(content):
+            param = f"messages[{i}].content[{j}]"
+            if block.type in _SKIPPED_BLOCKS:
+                continue
+            self._block_extras(block.model_extra, param)
+            if block.type == "tool_result" and message.role == "user":
+                tool, shown = self._tool_result(block, param)
+                out.append(tool)
+                images.extend(shown)
+            else:
+                part = self._part(block, param)
+                if part is not None:
+                    parts.append(part)
+        if images:
+            out.append(ChatMessage(role="user", content=images))
+        if parts:
+            out.append(_message(message.role, parts))
+        return out
+
+    def _part(self, block: Block, param: str) -> ContentPart | None:
+        if block.type == "text":
+            return ContentPart(type="text", text=block.text or "")
+        if block.type == "image":
+            return _image(block, param)
+        if block.type == "document" and isinstance(block.source, dict):
+            source = block.source
+            if source.get("type") == "text" and isinstance(source.get("data"), str):
+                return ContentPart(type="text", text=str(source["data"]))
+        if self.lenient:
+            return ContentPart(type="text", text=_summary(block))
+        self.drop(
+            block.type,
+            f"{param}.type",
+            f"content blocks of type '{block.type}' are not supported by chat upstreams",
+        )
+        return None
+
+    def _assistant(self, content: list[Block], i: int) -> ChatMessage:
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for j, block in enumerate(content):
+            param = f"messages[{i}].content[{j}]"
+            if block.type in _SKIPPED_BLOCKS:
+                continue
+            self._block_extras(block.model_extra, param)
+            if block.type == "text":
+                texts.append(block.text or "")
+            elif block.type == "tool_use":
+                if not block.id or not block.name:
+                    raise InvalidRequestError("tool_use blocks need an id and a name", param=param)
+                function = FunctionCall(name=block.name, arguments=tool_arguments(block.input))
+                calls.append(ToolCall(id=block.id, function=function))
+            else:
+                part = self._part(block, param)
+                texts.append(part.text or "" if part is not None else "")
+        text = "".join(texts)
+        return ChatMessage(role="assistant", content=text or None, tool_calls=calls or None)
+
+    def _tool_result(self, block: Block, param: str) -> tuple[ChatMessage, list[ContentPart]]:
+        if not block.tool_use_id:
+            raise InvalidRequestError(
+                "tool_result blocks need a tool_use_id", param=f"{param}.tool_use_id"
+            )
+        content, texts, images = block.content, [], []
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for k, inner in enumerate(content):
+                part = self._part(inner, f"{param}.content[{k}]")
+                if part is not None and part.type == "image_url":
+                    images.append(part)
+                elif part is not None:
+                    texts.append(part.text or "")
+        text = "".join(texts)
+        if block.is_error:
+            text = f"Error: {text}"
+        tool = ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text)
+        return tool, images
+
+    # --- tools and reasoning ---------------------------------------------------------------
+
+    def _tools(self) -> dict[str, Any]:
+        body = self.body
+        out: dict[str, Any] = {}
+        tools: list[dict[str, Any]] = []
+        for k, tool in enumerate(body.tools or []):
+            if tool.type not in _CLIENT_TOOLS:
+                why = f"'{tool.type}' is a server tool, which only Anthropic's own API runs"
+                self.drop("server_tools", f"tools[{k}].type", why)
+                continue
+            self._block_extras(tool.model_extra, f"tools[{k}]")
+            tools.append(chat_tool(tool.name, tool.description, tool.input_schema))
+        if tools:
+            out["tools"] = tools
+        choice = body.tool_choice
+        if choice is not None:
+            out.update(_tool_choice(choice.type, choice.name, tools))
+            if choice.disable_parallel_tool_use:
+                out["parallel_tool_calls"] = False
+        return out
+
+    def _reasoning(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        config = (self.body.model_extra or {}).get("output_config")
+        config = config if isinstance(config, dict) else {}
+        effort = reasoning_effort(self.body.thinking, config.get("effort"))
+        if effort is not None:
+            out["reasoning_effort"] = effort
+        form = config.get("format")
+        if isinstance(form, dict) and form.get("type") == "json_schema":
+            schema = {"name": "output", "schema": form.get("schema")}
+            out["response_format"] = {"type": "json_schema", "json_schema": schema}
+        for name in config.keys() - {"effort", "format"}:
+            self.drop(f"output_config.{name}", f"output_config.{name}", "no chat equivalent")
+        return out
 
 
-def _image(block: Block, i: int, j: int) -> ContentPart:
+def prompt_cache_key(first: ChatMessage, tools: list[dict[str, Any]] | None) -> str:
+    """The chat ``prompt_cache_key`` for a request with cache breakpoints: a digest of
+    what such clients keep the same from turn to turn (the first message and the tools),
+    so that an upstream that routes by the key (OpenAI's) finds the cached prefix."""
+    digest = hashlib.sha256(first.model_dump_json().encode())
+    digest.update(json.dumps(tools or [], sort_keys=True).encode())
+    return f"shunter-{digest.hexdigest()[:32]}"
+
+
+def _bare(body: MessagesRequest) -> ChatCompletionRequest:
+    """A request that even a lenient translation cannot read, as one user message of its
+    JSON: enough for routing to weigh it."""
+    text = json.dumps([m.model_dump(mode="json") for m in body.messages], ensure_ascii=False)
+    message = ChatMessage(role="user", content=text)
+    return ChatCompletionRequest(model=body.model, messages=[message], max_tokens=body.max_tokens)
+
+
+def _says_nothing(name: str, value: Any) -> bool:
+    """Block fields that tell a chat upstream nothing: citations asked of a text block,
+    a thinking block's signature, a tool call made by the model itself."""
+    if name == "caller":
+        return isinstance(value, dict) and value.get("type") == "direct"
+    return name in ("citations", "signature")
+
+
+def _message(role: str, parts: list[ContentPart]) -> ChatMessage:
+    if all(p.type == "text" for p in parts):
+        return ChatMessage(role=role, content="".join(p.text or "" for p in parts))  # type: ignore[arg-type]
+    return ChatMessage(role=role, content=parts)  # type: ignore[arg-type]
+
+
+def _image(block: Block, param: str) -> ContentPart:
     source = block.source
-    param = f"messages[{i}].content[{j}].source"
-    if source is None:
-        raise InvalidRequestError("image blocks need a source", param=param)
-    return ContentPart(type="image_url", image_url=ImageURL(url=image_url(source, param)))
+    if not isinstance(source, dict):
+        raise InvalidRequestError("image blocks need a source", param=f"{param}.source")
+    url = image_url(source, f"{param}.source")
+    return ContentPart(type="image_url", image_url=ImageURL(url=url))
 
 
-def _unsupported(block: Block, i: int, j: int) -> InvalidRequestError:
-    return InvalidRequestError(
-        f"content blocks of type '{block.type}' are not supported by this gateway",
-        param=f"messages[{i}].content[{j}].type",
-    )
+def _summary(block: Block) -> str:
+    """A block chat cannot take, as text for routing's size estimate (base64 data left
+    out: a document's bytes are not its tokens)."""
+    data = block.model_dump(exclude_none=True)
+    source = data.get("source")
+    if isinstance(source, dict) and source.get("type") == "base64":
+        data["source"] = {**source, "data": ""}
+    return json.dumps(data, ensure_ascii=False)
 
 
-def _tool_choice(kind: str, name: str | None, body: MessagesRequest) -> dict[str, Any]:
+def _tool_choice(kind: str, name: str | None, tools: list[dict[str, Any]]) -> dict[str, Any]:
     if kind == "tool":
         if not name:
             raise InvalidRequestError(
                 "tool_choice of type tool needs a name", param="tool_choice.name"
             )
-        if not any(tool.name == name for tool in body.tools or []):
+        if not any(tool["function"]["name"] == name for tool in tools):
             raise InvalidRequestError(
                 f"tool_choice names the tool '{name}', which is not in tools",
                 param="tool_choice.name",
             )
-    elif kind in ("any", "auto") and not body.tools:
+    elif kind in ("any", "auto") and not tools:
         return {}
     return {"tool_choice": chat_tool_choice(kind, name)}
-
-
-# --- answers ----------------------------------------------------------------------------
-
-
-def message_answer(answer: ChatCompletion) -> MessageResponse:
-    """The ``message`` for a whole chat answer."""
-    choice = answer.choices[0]
-    content: list[dict[str, Any]] = []
-    if choice.message.content:
-        content.append({"type": "text", "text": choice.message.content})
-    for call in choice.message.tool_calls or []:
-        content.append(
-            {
-                "type": "tool_use",
-                "id": call.id,
-                "name": call.function.name,
-                "input": tool_input(call.function.arguments),
-            }
-        )
-    matched = (choice.model_extra or {}).get("stop_reason")
-    reason = stop_reason(choice.finish_reason)
-    sequence = matched if reason == "end_turn" and isinstance(matched, str) else None
-    return MessageResponse(
-        model=answer.model,
-        content=content,
-        stop_reason="stop_sequence" if sequence is not None else reason,
-        stop_sequence=sequence,
-        usage=message_usage(answer.usage),
-    )

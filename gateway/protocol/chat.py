@@ -131,6 +131,7 @@ class ChatCompletionRequest(RequestModel):
     parallel_tool_calls: bool | None = None
     user: str | None = None
     reasoning_effort: str | None = None
+    prompt_cache_key: str | None = None
 
     def output_limit(self) -> int | None:
         """``max_completion_tokens`` wins over the deprecated ``max_tokens``."""
@@ -151,6 +152,8 @@ class AssistantMessage(ResponseModel):
     refusal: str | None = None
     tool_calls: Omitted[list[ToolCall]] = None
     reasoning_content: Omitted[str] = None
+    """The model's reasoning, as DeepSeek, vLLM and llama.cpp's server send it (an
+    upstream's ``reasoning`` is read into it)."""
 
 
 class ChatLogprobs(ResponseModel):
@@ -198,8 +201,9 @@ class ChoiceDelta(ResponseModel):
 
     role: Omitted[Literal["assistant"]] = None
     content: Omitted[str] = None
-    tool_calls: Omitted[list[ToolCallDelta]] = None
     reasoning_content: Omitted[str] = None
+    """A piece of the model's reasoning (see :attr:`AssistantMessage.reasoning_content`)."""
+    tool_calls: Omitted[list[ToolCallDelta]] = None
 
 
 class ChunkChoice(ResponseModel):

@@ -1,8 +1,9 @@
 """Anthropic's Messages API: the request, the ``message`` answer and the error body.
 
 Content blocks are one lenient model whose ``type`` says which fields matter (``text``,
-``image``, ``tool_use``, ``tool_result``, ``thinking``...), so unknown block fields pass
-through to an Anthropic upstream untouched and the translation
+``image``, ``tool_use``, ``tool_result``, ``thinking``, ``document``...), and unknown
+fields are kept, so a request passed through to an Anthropic upstream is never refused
+for what this gateway does not know, and the translation
 (:mod:`gateway.ingress.messages`) names the offending field itself.
 """
 
@@ -29,17 +30,21 @@ class Block(RequestModel):
 
     type: str
     text: str | None = None
-    source: ImageSource | None = None
+    source: JsonValue = None
     id: str | None = None
     name: str | None = None
     input: dict[str, JsonValue] | None = None
     tool_use_id: str | None = None
-    content: str | list[Block] | None = None
+    content: str | list[Block] | dict[str, JsonValue] | None = None
     is_error: bool | None = None
+    thinking: str | None = None
 
 
 class MessageParam(RequestModel):
-    role: Literal["user", "assistant"]
+    """A turn; ``system`` turns may come anywhere in the conversation (a mid-conversation
+    system message)."""
+
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
 
@@ -49,6 +54,9 @@ class SystemBlock(RequestModel):
 
 
 class ToolParam(RequestModel):
+    """A client tool (no ``type``, or ``custom``), or one of Anthropic's server tools
+    (``web_search_20250305``...), which only an Anthropic upstream runs."""
+
     name: str = Field(min_length=1)
     description: str | None = None
     input_schema: dict[str, JsonValue] | None = None
@@ -76,8 +84,10 @@ class MessagesRequest(RequestModel):
     top_k: int | None = Field(default=None, ge=0)
     metadata: dict[str, JsonValue] | None = None
     stream: bool | None = False
+    thinking: dict[str, JsonValue] | None = None
 
     def system_text(self) -> str:
+        """``system`` as one text (its blocks joined by blank lines)."""
         if self.system is None or isinstance(self.system, str):
             return self.system or ""
         return "\n\n".join(block.text for block in self.system)
@@ -149,6 +159,17 @@ def error_status(kind: str) -> int:
         if known == kind:
             return anthropic_status(status)
     return 500
+
+
+def overflow_message(prompt_tokens: int, max_tokens: int, limit: int) -> str:
+    """A context overflow in Anthropic's words, which its clients read back (Claude Code
+    lowers ``max_tokens`` to fit and tries again)."""
+    if prompt_tokens > limit:
+        return f"prompt is too long: {prompt_tokens} tokens > {limit} maximum"
+    return (
+        f"input length and `max_tokens` exceed context limit: {prompt_tokens} + "
+        f"{max_tokens} > {limit}, decrease input length or `max_tokens` and try again"
+    )
 
 
 def error_body(status: int, message: str, request_id: str | None = None) -> dict[str, Any]:

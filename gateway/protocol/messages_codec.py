@@ -16,6 +16,7 @@ a tool's declaration   :func:`chat_tool`             :func:`messages_tool`
 a tool call's input    :func:`tool_arguments`        :func:`tool_input`
 an image               :func:`image_url`             :func:`image_source`
 usage                  :func:`chat_usage`            :func:`message_usage`
+reasoning effort       :func:`reasoning_effort`
 =====================  ============================  ================================
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 from gateway.errors import InvalidRequestError
 from gateway.protocol.chat import ToolChoice
 from gateway.protocol.common import FinishReason, Usage
-from gateway.protocol.messages import ImageSource, MessageUsage, StopReason
+from gateway.protocol.messages import MessageUsage, StopReason
 
 STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -141,16 +142,23 @@ def tool_input(arguments: str) -> dict[str, Any]:
 # --- images ---------------------------------------------------------------------------
 
 
-def image_url(source: ImageSource, param: str) -> str:
+def image_url(source: Mapping[str, Any], param: str) -> str:
     """The chat ``image_url`` for a Messages image ``source`` (base64 → a data URL);
     ``param`` names the source in the request, for the errors."""
-    if source.type == "base64":
-        if not source.media_type or not source.data:
+    kind, media_type = source.get("type"), source.get("media_type")
+    if kind == "base64":
+        data = source.get("data")
+        if not isinstance(media_type, str) or not isinstance(data, str) or not data:
             raise InvalidRequestError("base64 image sources need media_type and data", param=param)
-        return f"data:{source.media_type};base64,{source.data}"
-    if not source.url:
+        return f"data:{media_type};base64,{data}"
+    url = source.get("url")
+    if kind != "url":
+        raise InvalidRequestError(
+            f"image sources of type '{kind}' are not supported here", param=f"{param}.type"
+        )
+    if not isinstance(url, str) or not url:
         raise InvalidRequestError("url image sources need a url", param=f"{param}.url")
-    return source.url
+    return url
 
 
 def image_source(url: str, param: str) -> dict[str, Any]:
@@ -167,6 +175,27 @@ def image_source(url: str, param: str) -> dict[str, Any]:
     if url.startswith(("http://", "https://")):
         return {"type": "url", "url": url}
     raise InvalidRequestError("image_url must be a data URL or an http(s) URL", param=param)
+
+
+# --- reasoning ------------------------------------------------------------------------
+
+EFFORT_BUDGETS: tuple[tuple[int, str], ...] = ((4096, "low"), (16384, "medium"))
+"""``thinking.budget_tokens`` below each bound → chat's ``reasoning_effort``; above the
+last: ``high``."""
+
+
+def reasoning_effort(thinking: Mapping[str, Any] | None, effort: Any = None) -> str | None:
+    """Chat's ``reasoning_effort`` for Messages' ``thinking`` (``enabled`` with a
+    ``budget_tokens``) or ``output_config.effort`` (which wins; ``max`` reads as
+    ``high``); ``None`` when the request leaves reasoning to the model."""
+    if isinstance(effort, str) and effort in ("low", "medium", "high", "max"):
+        return "high" if effort == "max" else effort
+    if not thinking or thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int):
+        return None
+    return next((name for bound, name in EFFORT_BUDGETS if budget < bound), "high")
 
 
 # --- usage ----------------------------------------------------------------------------

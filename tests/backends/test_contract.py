@@ -72,8 +72,8 @@ async def test_an_ability_a_backend_lacks_is_refused_as_the_requests_fault() -> 
     calls = [
         backend.embeddings(EmbeddingRequest(model="m", input="x")),
         backend.count_tokens(CHAT),
-        backend.messages({}),
-        backend.count_message_tokens({}),
+        backend.messages(b"{}"),
+        backend.count_message_tokens(b"{}"),
     ]
     for call in calls:
         with pytest.raises(NotSupportedError) as caught:
@@ -81,7 +81,7 @@ async def test_an_ability_a_backend_lacks_is_refused_as_the_requests_fault() -> 
         error = caught.value
         assert error.status_code == 400 and error.code == "not_supported"
         assert not error.counts_as_failure and "'plain'" in error.message
-    for start in (lambda: backend.chat_stream_raw(CHAT), lambda: backend.messages_stream({})):
+    for start in (lambda: backend.chat_stream_raw(CHAT), lambda: backend.messages_stream(b"{}")):
         with pytest.raises(NotSupportedError):
             start()
 
@@ -118,7 +118,7 @@ class Recording(Plain):
         self.calls.append("count_tokens")
         return 7
 
-    async def messages(self, body: dict[str, Any]) -> tuple[bytes, Any]:
+    async def messages(self, body: bytes, headers: Any = None) -> tuple[bytes, Any]:
         self.calls.append("messages")
         return b"{}", None
 
@@ -133,7 +133,7 @@ async def test_a_wrapper_keeps_the_abilities_of_what_it_wraps() -> None:
     assert wrapper.name == "plain" and wrapper.inner is inner
     assert wrapper.capabilities.count_tokens and wrapper.capabilities.native_messages
     assert await wrapper.count_tokens(CHAT) == 7
-    assert await wrapper.messages({}) == (b"{}", None)
+    assert await wrapper.messages(b"{}") == (b"{}", None)
     assert await wrapper.health(2.0) is None
     assert inner.calls == ["count_tokens", "messages", "health 2"]
     with pytest.raises(NotSupportedError):

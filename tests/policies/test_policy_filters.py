@@ -71,6 +71,16 @@ def test_capable_context_length_counts_prompt_plus_max_tokens(make: Make) -> Non
     assert decision.dropped[0].notes[-1].detail == "needs 1200 tokens > context 1100"
 
 
+def test_a_deployment_that_clamps_output_needs_room_for_the_prompt_only(make: Make) -> None:
+    clamps = Capabilities(context_length=1100, clamps_output=True)
+    cands = [
+        make("short", capabilities=Capabilities(context_length=1100)),
+        make("clamps", capabilities=clamps),
+    ]
+    assert Policy.parse(["capable"]).route(REQ, cands).names == ["clamps"]
+    assert Policy.parse(["capable"]).route(RequestFacts(1100, max_tokens=5), cands).names == []
+
+
 def test_capable_rejects_when_none_can_serve(make: Make) -> None:
     decision = Policy.parse(["capable", "first"]).route(
         RequestFacts(10, needs_tools=True), [make("a"), make("b")]

@@ -86,11 +86,15 @@ def nothing_can_serve(
     need = facts.prompt_tokens + (facts.max_tokens or 0)
     limits = [c.facts.capabilities.context_length for c in pool]
     if limits and all(limit is not None and need > limit for limit in limits):
-        return ContextLengthExceededError(
-            f"This model's maximum context length is {max(filter(None, limits))} tokens; "
+        largest = max(filter(None, limits))
+        error = ContextLengthExceededError(
+            f"This model's maximum context length is {largest} tokens; "
             f"this request needs about {need} (prompt + max_tokens).",
             param="messages",
         )
+        error.prompt_tokens, error.max_tokens = facts.prompt_tokens, facts.max_tokens or 0
+        error.limit = largest
+        return error
     return InvalidRequestError(
         f"No deployment of '{model}' can serve this request ({reason}).",
         code="no_capable_deployment",

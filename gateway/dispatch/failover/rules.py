@@ -324,12 +324,16 @@ class _Run(Generic[T]):
         assert self.last is not None
         if self.cause == "context_length" and self.named_limits:
             param = self.last.param or "messages"
-            return ContextLengthExceededError(
+            error = ContextLengthExceededError(
                 f"This model's maximum context length is {max(self.named_limits)} tokens; "
                 "this request does not fit any of its deployments. Shorten the messages or "
                 "lower max_tokens.",
                 param=param,
             )
+            facts = self.routing.request  # the gateway's estimate: upstreams name no prompt
+            error.prompt_tokens, error.max_tokens = facts.prompt_tokens, facts.max_tokens or 0
+            error.limit = max(self.named_limits)
+            return error
         return self.last
 
 

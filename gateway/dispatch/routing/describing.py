@@ -249,6 +249,7 @@ def _facts(
             images=caps.images,
             context_length=context,
             context_learned=learned,
+            clamps_output=caps.clamp_output,
         ),
         pricing=pricing,
         fit=fit,

@@ -402,7 +402,7 @@ async def test_stream_thinking_goes_to_reasoning_content(monkeypatch: pytest.Mon
     backend = await started(Upstream(stream_answer(events)), monkeypatch)
     chunks = await collect(backend, chat(stream=True))
     await backend.aclose()
-    assert (chunks[1].choices[0].delta.model_extra or {})["reasoning_content"] == "hmm"
+    assert chunks[1].choices[0].delta.reasoning_content == "hmm"
     assert chunks[-2].choices[0].finish_reason == "length"
 
 

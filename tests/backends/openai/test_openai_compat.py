@@ -491,3 +491,58 @@ def test_no_proxy_hosts_go_direct(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not proxied("http://127.0.0.1:9000/v1")  # another scheme, and exempt anyway
     monkeypatch.setenv("NO_PROXY", "api.openai.com")
     assert not proxied("https://api.openai.com/v1")
+
+
+# --- output budget name and reasoning -------------------------------------------------
+
+
+def test_openais_own_api_gets_max_completion_tokens_by_default() -> None:
+    def field(**overrides: Any) -> str | None:
+        fields: dict[str, Any] = {"backend": "openai", "name": "up", "model": "m"}
+        return OpenAICompatSettings(**{**fields, **overrides}).output_budget_field()
+
+    assert field() == "max_completion_tokens"  # base_url defaults to OpenAI's
+    assert field(base_url="http://127.0.0.1:8080/v1") is None
+    assert field(base_url="http://127.0.0.1:8080/v1", max_tokens_field="max_tokens") == (
+        "max_tokens"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "sent", "expected"),
+    [
+        ("max_completion_tokens", {"max_tokens": 9}, {"max_completion_tokens": 9}),
+        ("max_tokens", {"max_completion_tokens": 9}, {"max_tokens": 9}),
+        (None, {"max_tokens": 9}, {"max_tokens": 9}),
+    ],
+)
+async def test_the_output_budget_goes_under_the_deployments_name(
+    upstream: FaultUpstream, setting: str | None, sent: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    b = make_backend(upstream.url, max_tokens_field=setting)
+    await b.start()
+    try:
+        await b.chat(chat(**sent))
+    finally:
+        await b.aclose()
+    body = upstream.last().body
+    assert {k: body[k] for k in ("max_tokens", "max_completion_tokens") if k in body} == expected
+
+
+@pytest.mark.parametrize("spec", ["think:2", "reason:2"])
+async def test_upstream_reasoning_is_read_whole_and_streamed(
+    upstream: FaultUpstream, spec: str
+) -> None:
+    b = make_backend(upstream.url, model=f"fault:{spec}")
+    await b.start()
+    try:
+        whole = await b.chat(chat())
+        chunks = [c async for c in b.chat_stream(chat(stream=True))]
+    finally:
+        await b.aclose()
+    message = whole.choices[0].message
+    assert message.reasoning_content == "word0 word1 " and "reasoning" not in (
+        message.model_extra or {}
+    )
+    streamed = "".join(c.choices[0].delta.reasoning_content or "" for c in chunks if c.choices)
+    assert streamed == "word0 word1 "

@@ -292,3 +292,12 @@ def test_an_openai_upstream_answers_messages_and_responses(
         with sdk.responses.stream(model="oai", input="hi") as events:
             final = events.get_final_response()
     assert final.output_text == message.content[0].text and final.status == "completed"
+
+
+def test_a_system_turn_mid_conversation_reaches_a_local_model(client: Anthropic) -> None:
+    # as Claude Code sends it (beta mid-conversation-system): a system turn after the user's
+    messages: Any = [*HI, {"role": "system", "content": "Answer in French."}]
+    message = client.messages.create(
+        model="tiny", max_tokens=4, messages=messages, extra_body=GREEDY
+    )
+    assert message.content[0].type == "text" and message.usage.output_tokens >= 1

@@ -311,5 +311,5 @@ async def test_an_unloaded_model_says_what_its_engine_answers() -> None:
         assert capabilities.embeddings is embeds and capabilities.count_tokens
         assert not capabilities.chat_stream_raw and not capabilities.native_messages
         with pytest.raises(NotSupportedError):
-            await resident.messages({})
+            await resident.messages(b"{}")
         assert resident.stats().loaded is False
