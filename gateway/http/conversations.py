@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from litestar import Request, delete, get, post
-from litestar.params import FromPath
+from litestar.params import FromPath, FromQuery
 from litestar.types import ASGIApp
 
 from gateway.admission.keys import KeyInfo
@@ -94,9 +94,9 @@ async def delete_conversation(
 async def list_items(
     request: Request[Any, Any, Any],
     conversation_id: FromPath[str],
-    limit: int = 20,
-    order: str = "desc",
-    after: str | None = None,
+    limit: FromQuery[int] = 20,
+    order: FromQuery[str] = "desc",
+    after: FromQuery[str | None] = None,
 ) -> ASGIApp:
     """One page of the items, newest first unless ``order=asc``; ``after`` an item id."""
     store, key = await _caller(request)
