@@ -36,17 +36,22 @@ def agents_bin(name: str) -> Path:
 
 def _run(command: list[str], env: dict[str, str], cwd: Path, timeout_s: float) -> Run:
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TERM": "dumb", "LANG": "C.UTF-8"}
-    done = subprocess.run(
-        command,
-        env={**base, **env},
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
+    try:
+        done = subprocess.run(
+            command,
+            env={**base, **env},
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as stopped:  # a CLI retrying for ever: show what it said
+        said = [(out or b"").decode(errors="replace") for out in (stopped.stdout, stopped.stderr)]
+        return Run(-1, said[0], f"(killed after {timeout_s:.0f} s)\n{said[1]}")
+    return Run(
+        done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
     )
-    return Run(done.returncode, done.stdout, done.stderr)
 
 
 def _fresh(home: Path) -> Path:
@@ -55,7 +60,7 @@ def _fresh(home: Path) -> Path:
     return work
 
 
-def run_claude(base_url: str, home: Path, timeout_s: float = 120) -> Run:
+def run_claude(base_url: str, home: Path, timeout_s: float = 60) -> Run:
     """``claude -p`` with its default model, allowed to run Bash, against ``base_url``."""
     env = {
         "HOME": str(home),
@@ -87,7 +92,7 @@ def codex_config(base_url: str) -> str:
     )
 
 
-def run_codex(base_url: str, home: Path, timeout_s: float = 120) -> Run:
+def run_codex(base_url: str, home: Path, timeout_s: float = 60) -> Run:
     """``codex exec`` with its default model, free to run commands, against ``base_url``."""
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
