@@ -75,16 +75,26 @@ def run_claude(base_url: str, home: Path, timeout_s: float = 60) -> Run:
     return _run(command, env, _fresh(home), timeout_s)
 
 
-def codex_config(base_url: str) -> str:
-    """A ``config.toml`` naming one custom Responses provider at ``base_url`` (with ``/v1``)."""
+OFFLINE_CODEX = (
+    "check_for_update_on_startup = false\n"
+    "[analytics]\nenabled = false\n"
+    # plugin and app catalogues are fetched from github.com and chatgpt.com; off, the
+    # request carries the same tools and nothing is looked up beyond loopback
+    "[features]\nplugins = false\nremote_plugin = false\napps = false\n"
+)
+
+
+def codex_config(base_url: str, provider: str) -> str:
+    """A ``config.toml`` pointing Codex at ``base_url`` (with ``/v1``).
+
+    ``provider`` ``custom``: a provider of its own (HTTP only, its key from
+    ``GATEWAY_API_KEY``); ``openai``: the built-in one moved by ``openai_base_url``, which
+    tries Responses over WebSocket first and takes its key from ``codex login``.
+    """
+    if provider == "openai":
+        return f'openai_base_url = "{base_url}"\n' + OFFLINE_CODEX
     return (
-        'model_provider = "gateway"\n'
-        "check_for_update_on_startup = false\n"
-        "[analytics]\nenabled = false\n"
-        # plugin and app catalogues are fetched from github.com and chatgpt.com; off, the
-        # request carries the same tools and nothing is looked up beyond loopback
-        "[features]\nplugins = false\nremote_plugin = false\napps = false\n"
-        "[model_providers.gateway]\n"
+        'model_provider = "gateway"\n' + OFFLINE_CODEX + "[model_providers.gateway]\n"
         'name = "gateway"\n'
         f'base_url = "{base_url}"\n'
         'env_key = "GATEWAY_API_KEY"\n'
@@ -92,12 +102,16 @@ def codex_config(base_url: str) -> str:
     )
 
 
-def run_codex(base_url: str, home: Path, timeout_s: float = 60) -> Run:
+def run_codex(base_url: str, home: Path, provider: str = "custom", timeout_s: float = 60) -> Run:
     """``codex exec`` with its default model, free to run commands, against ``base_url``."""
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text(codex_config(base_url))
+    (codex_home / "config.toml").write_text(codex_config(base_url, provider))
     env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "GATEWAY_API_KEY": "sk-agent-test"}
+    codex = str(agents_bin("codex"))
+    if provider == "openai":
+        login = [codex, "login", "--with-api-key"]
+        subprocess.run(login, env={**os.environ, **env}, input=b"sk-agent-test", check=True,
+                       capture_output=True, timeout=timeout_s)  # fmt: skip
     flags = ["--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
-    command = [str(agents_bin("codex")), "exec", *flags, PROMPT]
-    return _run(command, env, _fresh(home), timeout_s)
+    return _run([codex, "exec", *flags, PROMPT], env, _fresh(home), timeout_s)

@@ -145,3 +145,20 @@ def test_codex_completes_a_tool_loop_through_the_gateway(
     with gateway(kind, codex_direct.model, mark, tmp_path) as through:
         run = run_codex(through.server.api, tmp_path / "home")
         assert mark.printed in run.stdout, through.explain(run)
+
+
+def test_codex_with_its_openai_provider_completes_a_tool_loop_over_websocket(
+    codex_direct: Direct, tmp_path: Path
+) -> None:
+    """The built-in provider at the gateway's URL opens Responses over WebSocket first; it
+    falls back to HTTP POSTs only when the upgrade fails, so none may reach the gateway."""
+    mark = marked()
+    with gateway("openai", codex_direct.model, mark, tmp_path) as through:
+        run = run_codex(through.server.api, tmp_path / "home", provider="openai")
+        assert mark.printed in run.stdout, through.explain(run)
+        posts = [
+            line
+            for line in through.server.log().splitlines()
+            if '"method": "POST", "path": "/v1/responses"' in line
+        ]
+        assert posts == [], through.explain(run)
