@@ -99,6 +99,23 @@ def _deployment(kind: str, upstream_url: str) -> str:
     return f"{{name: scripted, {where}, model: scripted-model, api_key_env: SCRIPTED_UPSTREAM_KEY}}"
 
 
+@dataclass(frozen=True)
+class Gateway:
+    server: Server
+    upstream: AgentUpstream
+    kind: str
+
+    def turns(self) -> list[Any]:
+        """The bodies the gateway sent the scripted model, on its deployment's wire."""
+        wire = "/v1/chat/completions" if self.kind == "openai" else "/v1/messages"
+        return self.upstream.posted(wire)
+
+    def explain(self, run: Run) -> str:
+        """What the CLI said, what reached the upstream and the gateway's log, for a failure."""
+        reached = [f"{r.method} {r.target}" for r in self.upstream.requests]
+        return f"{run}\n--- upstream saw\n{reached}\n--- gateway log\n{self.server.log()[-6000:]}"
+
+
 @contextlib.contextmanager
 def gateway(kind: str, model: str, mark: Marked, folder: Path) -> Iterator[Gateway]:
     """``shunter serve`` with ``model`` served by the scripted upstream behind a ``kind``."""
@@ -111,20 +128,9 @@ def gateway(kind: str, model: str, mark: Marked, folder: Path) -> Iterator[Gatew
         env = {"SCRIPTED_UPSTREAM_KEY": "sk-upstream"}
         server = start_server(config, folder / "gateway.log", env=env)
         try:
-            yield Gateway(server, upstream)
+            yield Gateway(server, upstream, kind)
         finally:
             stop_server(server)
-
-
-@dataclass(frozen=True)
-class Gateway:
-    server: Server
-    upstream: AgentUpstream
-
-    def explain(self, run: Run) -> str:
-        """What the CLI said, what reached the upstream and the gateway's log, for a failure."""
-        reached = [f"{r.method} {r.target}" for r in self.upstream.requests]
-        return f"{run}\n--- upstream saw\n{reached}\n--- gateway log\n{self.server.log()[-6000:]}"
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
@@ -135,6 +141,7 @@ def test_claude_code_completes_a_tool_loop_through_the_gateway(
     with gateway(kind, claude_direct.model, mark, tmp_path) as through:
         run = run_claude(through.server.base_url, tmp_path / "home")
         assert mark.printed in run.stdout, through.explain(run)
+        assert len(through.turns()) >= 2  # the call and the answer came from the upstream
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
@@ -145,6 +152,7 @@ def test_codex_completes_a_tool_loop_through_the_gateway(
     with gateway(kind, codex_direct.model, mark, tmp_path) as through:
         run = run_codex(through.server.api, tmp_path / "home")
         assert mark.printed in run.stdout, through.explain(run)
+        assert len(through.turns()) >= 2
 
 
 def test_codex_with_its_openai_provider_completes_a_tool_loop_over_websocket(
