@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 
+if ! command -v npm >/dev/null; then
+  echo "scripts/test-agents.sh needs Node.js 18+ with npm (Debian: apt-get install nodejs npm)" >&2
+  exit 1
+fi
 CLAUDE_CODE_VERSION=${CLAUDE_CODE_VERSION:-2.1.197}
 CODEX_VERSION=${CODEX_VERSION:-0.171.0}
 installed() {  # the version of the npm package $1 in .agents, or nothing
