@@ -1,0 +1,172 @@
+"""Claude Code and Codex, installed from npm, complete a tool loop through the gateway.
+
+Each CLI runs with its defaults (its own default model, no ``--model``): only the base URL,
+a key and leave to run its shell tool. Behind the gateway, that model is served by a
+scripted upstream on loopback (:mod:`tests.fixtures.agent_upstream`) behind an ``openai``
+deployment (chat completions) or an ``anthropic`` one (Messages): it asks to run a command
+whose output differs from its text, then answers quoting the tool's output, so the answer
+holds the marker only if the CLI ran the command and the gateway carried both turns.
+
+Each CLI first runs straight against the scripted upstream (no gateway): that run learns
+its default model's name and shows the harness works without the gateway.
+
+Opt-in: ``SHUNTER_AGENTS=1`` and the CLIs installed (``scripts/test-agents.sh`` does both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents.clis import Run, agents_bin, run_claude, run_codex
+from tests.conftest import Server, start_server, stop_server
+from tests.fixtures.agent_turns import Script
+from tests.fixtures.agent_upstream import AgentUpstream
+
+pytestmark = [
+    pytest.mark.agents,
+    pytest.mark.skipif(os.environ.get("SHUNTER_AGENTS") != "1", reason="set SHUNTER_AGENTS=1"),
+]
+
+Runner = Callable[[str, Path], Run]
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A script whose command prints :attr:`printed`, a string its own text does not hold."""
+
+    script: Script
+    printed: str
+
+
+def marked() -> Marked:
+    number = random.randrange(10**6, 10**7)
+    return Marked(Script(f"echo shunter-$(({number}+1))-marker"), f"shunter-{number + 1}-marker")
+
+
+@dataclass(frozen=True)
+class Direct:
+    run: Run
+    printed: str
+    model: str
+    posted: list[Any]
+
+
+def _direct(runner: Runner, path: str, home: Path) -> Direct:
+    if not agents_bin("claude").exists() or not agents_bin("codex").exists():
+        pytest.fail("the agent CLIs are not installed: run scripts/test-agents.sh")
+    mark = marked()
+    with AgentUpstream(mark.script) as upstream:
+        base = upstream.url + ("/v1" if path == "/v1/responses" else "")
+        run = runner(base, home)
+    posted = upstream.posted(path)
+    model = posted[0]["model"] if posted else ""
+    return Direct(run, mark.printed, model, posted)
+
+
+@pytest.fixture(scope="module")
+def claude_direct(tmp_path_factory: pytest.TempPathFactory) -> Direct:
+    return _direct(run_claude, "/v1/messages", tmp_path_factory.mktemp("claude-direct"))
+
+
+@pytest.fixture(scope="module")
+def codex_direct(tmp_path_factory: pytest.TempPathFactory) -> Direct:
+    return _direct(run_codex, "/v1/responses", tmp_path_factory.mktemp("codex-direct"))
+
+
+def test_claude_code_runs_its_tool_against_the_scripted_upstream(claude_direct: Direct) -> None:
+    assert claude_direct.printed in claude_direct.run.stdout, str(claude_direct.run)
+    assert len(claude_direct.posted) >= 2  # the tool call, then the answer
+
+
+def test_codex_runs_its_tool_against_the_scripted_upstream(codex_direct: Direct) -> None:
+    assert codex_direct.printed in codex_direct.run.stdout, str(codex_direct.run)
+    assert len(codex_direct.posted) >= 2
+
+
+def _deployment(kind: str, upstream_url: str) -> str:
+    if kind == "openai":
+        where = f"backend: openai, base_url: '{upstream_url}/v1'"
+    else:
+        where = f"backend: anthropic, base_url: '{upstream_url}'"
+    return f"{{name: scripted, {where}, model: scripted-model, api_key_env: SCRIPTED_UPSTREAM_KEY}}"
+
+
+@dataclass(frozen=True)
+class Gateway:
+    server: Server
+    upstream: AgentUpstream
+    kind: str
+
+    def turns(self) -> list[Any]:
+        """The bodies the gateway sent the scripted model, on its deployment's wire."""
+        wire = "/v1/chat/completions" if self.kind == "openai" else "/v1/messages"
+        return self.upstream.posted(wire)
+
+    def explain(self, run: Run) -> str:
+        """What the CLI said, what reached the upstream and the gateway's log, for a failure."""
+        reached = [f"{r.method} {r.target}" for r in self.upstream.requests]
+        return f"{run}\n--- upstream saw\n{reached}\n--- gateway log\n{self.server.log()[-6000:]}"
+
+
+@contextlib.contextmanager
+def gateway(kind: str, model: str, mark: Marked, folder: Path) -> Iterator[Gateway]:
+    """``shunter serve`` with ``model`` served by the scripted upstream behind a ``kind``."""
+    with AgentUpstream(mark.script) as upstream:
+        config = folder / "shunter.yaml"
+        config.write_text(
+            f"deployments:\n  - {_deployment(kind, upstream.url)}\n"
+            f"models:\n  '{model}': {{candidates: [scripted]}}\n"
+        )
+        env = {"SCRIPTED_UPSTREAM_KEY": "sk-upstream"}
+        server = start_server(config, folder / "gateway.log", env=env)
+        try:
+            yield Gateway(server, upstream, kind)
+        finally:
+            stop_server(server)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_claude_code_completes_a_tool_loop_through_the_gateway(
+    kind: str, claude_direct: Direct, tmp_path: Path
+) -> None:
+    mark = marked()
+    with gateway(kind, claude_direct.model, mark, tmp_path) as through:
+        run = run_claude(through.server.base_url, tmp_path / "home")
+        assert mark.printed in run.stdout, through.explain(run)
+        assert len(through.turns()) >= 2  # the call and the answer came from the upstream
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_codex_completes_a_tool_loop_through_the_gateway(
+    kind: str, codex_direct: Direct, tmp_path: Path
+) -> None:
+    mark = marked()
+    with gateway(kind, codex_direct.model, mark, tmp_path) as through:
+        run = run_codex(through.server.api, tmp_path / "home")
+        assert mark.printed in run.stdout, through.explain(run)
+        assert len(through.turns()) >= 2
+
+
+def test_codex_with_its_openai_provider_completes_a_tool_loop_over_websocket(
+    codex_direct: Direct, tmp_path: Path
+) -> None:
+    """The built-in provider at the gateway's URL opens Responses over WebSocket first; it
+    falls back to HTTP POSTs only when the upgrade fails, so none may reach the gateway."""
+    mark = marked()
+    with gateway("openai", codex_direct.model, mark, tmp_path) as through:
+        run = run_codex(through.server.api, tmp_path / "home", provider="openai")
+        assert mark.printed in run.stdout, through.explain(run)
+        posts = [
+            line
+            for line in through.server.log().splitlines()
+            if '"method": "POST", "path": "/v1/responses"' in line
+        ]
+        assert posts == [], through.explain(run)
