@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -206,6 +207,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    # a terminated run still stops its servers and removes the baseline's worktree
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.model is None:
         from gateway.models.store import resolve_model_path
 
