@@ -88,9 +88,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(name: str, command: list[str], port: int, logs: Path) -> Iterator[str]:
+def server(
+    name: str,
+    command: list[str],
+    port: int,
+    logs: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Iterator[str]:
     log = (logs / f"{name}.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180

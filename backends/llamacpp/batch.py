@@ -183,16 +183,23 @@ class Scheduler:
         self.steps = 0
         self.prompt_tokens_total = 0
         self.prefix_hit_tokens = 0
-        try:
-            self._warm_up()
-        except BaseException:
-            llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._ctx)
-            raise
         self.progress_at = time.monotonic()
         """When the thread last decoded, or was handed work while asleep (monotonic clock)."""
+        # Every decode, the warm-up included, runs on this one thread. OpenMP (llama.cpp's
+        # CPU backend) keeps a pool of worker threads per calling thread; a second caller
+        # (the loading thread) adds a second pool, and once a process holds more OpenMP
+        # threads than there are cores, they stop spinning between decodes and sleep
+        # instead: about a third of the throughput lost on a quiet machine.
+        self._warmed = threading.Event()
+        self._warm_error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="llamacpp-batch", daemon=True)
         self._thread.start()
+        self._warmed.wait()
+        if self._warm_error is not None:
+            self._thread.join()
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            raise self._warm_error
 
     @property
     def parallel(self) -> int:
@@ -267,6 +274,14 @@ class Scheduler:
     # scheduler thread -----------------------------------------------------------------
 
     def _main(self) -> None:
+        try:
+            self._warm_up()
+        except BaseException as exc:  # the constructor frees the context and raises it
+            self._warm_error = exc
+            return
+        finally:
+            self.progress_at = time.monotonic()
+            self._warmed.set()
         try:
             self._run()
         finally:
