@@ -31,15 +31,14 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.llamacpp_batching import drive, free_port, server
+from bench.trees import checked_out
 
 SLOTS = 8
 THREADS = 2
@@ -88,25 +87,12 @@ def llama_server_command(binary: str, model: Path, port: int, threads: int) -> l
     ]
 
 
-@contextmanager
-def checkout(repo: Path, rev: str) -> Iterator[Path]:
-    """A temporary detached git worktree of ``rev``, removed afterwards."""
-    where = Path(tempfile.mkdtemp(prefix="shunter-baseline-"))
-    git = ["git", "-C", str(repo), "worktree"]
-    subprocess.run([*git, "add", "--detach", str(where), rev], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run([*git, "remove", "--force", str(where)], check=False)
-        shutil.rmtree(where, ignore_errors=True)
-
-
 def systems(args: argparse.Namespace, stack: ExitStack) -> list[System]:
     here = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(here)}
     out = [System("worker", worker_command(args.model, 0, args.threads), env, here)]
     if args.baseline_rev:
-        tree = stack.enter_context(checkout(here, args.baseline_rev))
+        tree = stack.enter_context(checked_out(args.baseline_rev, here))
         old_env = {**os.environ, "PYTHONPATH": str(tree)}
         out.append(System("base", worker_command(args.model, 0, args.threads), old_env, tree))
     if args.llama_server:

@@ -4,6 +4,7 @@ checked out for the run in a temporary worktree (``--baseline-rev REV``), remove
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ def checked_out(rev: str, repo: Path = ROOT) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run([*git, "worktree", "remove", "--force", str(folder)], check=False)
+        shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 @contextlib.contextmanager
