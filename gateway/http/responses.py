@@ -51,6 +51,7 @@ from gateway.protocol.responses import (
     ResponseObject,
     ResponsesRequest,
 )
+from gateway.protocol.sse import DONE
 
 
 class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
@@ -110,15 +111,20 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
         events = ResponseEvents(call, replay(chat_chunks(hit)), _saver(call))
         for frame in await events.drain():
             yield frame
+        yield DONE
 
     def end(self, call: ResponsesCall, stream: ServedStream, failure: GatewayError | None) -> bytes:
+        """The stream's last frames: after a failure its ``error`` (and ``response.failed``
+        where the events are ours), then the terminal ``data: [DONE]`` that the Open
+        Responses specification asks for (OpenAI's SDKs stop reading there)."""
         if failure is None:
-            return b""
+            return DONE
         events = call.streams.get(stream.deployment)
         if events is None:  # not one of ours: say it as an error event alone
-            return sse("error", {"type": "error", "message": failure.message, "sequence_number": 0})
+            error = {"type": "error", "message": failure.message, "sequence_number": 0}
+            return sse("error", error) + DONE
         failed: bytes = events.failed(failure)
-        return failed
+        return failed + DONE
 
 
 RESPONSES = ResponsesEndpoint()

@@ -9,6 +9,8 @@
   ``<namespace>__<name>`` (a name OpenAI's function-name rules accept), and a call of it
   comes back with its ``namespace`` and its own ``name``.
 - ``additional_tools`` input items add their tools to the request's.
+- An ``allowed_tools`` choice offers the upstream only the allowed tools, with the
+  choice's ``mode`` as its ``tool_choice``.
 - Hosted tools (``web_search``, ``file_search``, ``code_interpreter``...) run only on
   OpenAI's own servers: under the ``drop`` setting they are left out and the answer's
   ``x-shunter-dropped`` header names each one (``tools[1]=web_search``); under ``refuse``
@@ -159,6 +161,46 @@ def chat_tool_choice(choice: str | dict[str, Any], mapped: ToolMap) -> Any:
         '"name": ...}.',
         param="tool_choice",
     )
+
+
+def allowed_tools(choice: Any, mapped: ToolMap) -> tuple[list[dict[str, Any]], str] | None:
+    """An ``allowed_tools`` choice as the upstream sees it: only the allowed tools, and the
+    choice's ``mode`` (``auto`` or ``required``) as ``tool_choice``. None for any other
+    choice. Cutting the list is how the gateway keeps the model from calling the others."""
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+        return None
+    mode, listed = choice.get("mode", "auto"), choice.get("tools")
+    if mode not in ("auto", "required"):
+        raise InvalidRequestError("mode must be 'auto' or 'required'.", param="tool_choice.mode")
+    if not isinstance(listed, list) or not listed:
+        raise InvalidRequestError("tools must list at least one tool.", param="tool_choice.tools")
+    names = set()
+    for i, tool in enumerate(listed):
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if (
+            not isinstance(name, str)
+            or mapped.flat(name, tool.get("namespace")) not in mapped.names
+        ):
+            raise InvalidRequestError(
+                "Each allowed tool must name a function or custom tool of tools.",
+                param=f"tool_choice.tools[{i}]",
+            )
+        names.add(mapped.flat(name, tool.get("namespace")))
+    return [tool for tool in mapped.chat if tool["function"]["name"] in names], mode
+
+
+def chat_tool_fields(choice: Any, tools: ToolMap) -> dict[str, Any]:
+    """The upstream's ``tools`` and ``tool_choice`` for the request's."""
+    if not tools.chat:
+        if choice not in (None, "auto", "none"):
+            raise InvalidRequestError("tool_choice needs tools.", param="tool_choice")
+        return {}
+    allowed = allowed_tools(choice, tools)
+    if allowed is not None:
+        return {"tools": allowed[0], "tool_choice": allowed[1]}
+    if choice is None:
+        return {"tools": tools.chat}
+    return {"tools": tools.chat, "tool_choice": chat_tool_choice(choice, tools)}
 
 
 def tool_echo(tools: Iterable[FunctionTool]) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from gateway.ingress.compaction import summary_message
 from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import (
     ToolMap,
-    chat_tool_choice,
+    chat_tool_fields,
     custom_arguments,
     custom_input,
     tool_echo,
@@ -54,6 +54,7 @@ from gateway.protocol.responses import (
     ResponseObject,
     ResponsesRequest,
     ResponseUsage,
+    TextFormat,
 )
 
 _ROLES = ("user", "assistant", "system", "developer")
@@ -135,12 +136,7 @@ def to_chat(
     fields.update({k: getattr(body, k) for k in _PASSED_IF_SET if getattr(body, k) is not None})
     if body.reasoning is not None and body.reasoning.effort is not None:
         fields["reasoning_effort"] = body.reasoning.effort
-    if tools.chat:
-        fields["tools"] = tools.chat
-        if body.tool_choice is not None:
-            fields["tool_choice"] = chat_tool_choice(body.tool_choice, tools)
-    elif body.tool_choice not in (None, "auto", "none"):
-        raise InvalidRequestError("tool_choice needs tools.", param="tool_choice")
+    fields.update(chat_tool_fields(body.tool_choice, tools))
     fmt = body.text.format if body.text is not None else None
     if fmt is not None and fmt.type != "text":
         fields["response_format"] = _response_format(fmt.model_dump(by_alias=True))
@@ -281,11 +277,20 @@ def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
 # --- answers ----------------------------------------------------------------------------
 
 
+def _format_echo(fmt: TextFormat) -> dict[str, Any]:
+    """``text.format`` as the response echoes it: a ``json_schema`` format with each of its
+    fields, as OpenAI writes them (``description`` null, ``strict`` false when not given)."""
+    echoed = fmt.model_dump(by_alias=True, exclude_none=True)
+    if fmt.type == "json_schema":
+        echoed.update(description=fmt.description, schema=fmt.schema_, strict=bool(fmt.strict))
+    return echoed
+
+
 def response_object(call: ResponsesCall, **fields: Any) -> ResponseObject:
     """The response object of ``call`` with its request's settings echoed."""
     body = call.body
     fmt = body.text.format if body.text is not None and body.text.format is not None else None
-    text = {"format": fmt.model_dump(by_alias=True, exclude_none=True)} if fmt else None
+    text = {"format": _format_echo(fmt)} if fmt else None
     echoed: dict[str, Any] = {
         "id": call.response_id,
         "created_at": call.created_at,

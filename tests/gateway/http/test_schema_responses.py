@@ -101,9 +101,12 @@ SCHEMAS = event_schemas()
 
 
 def events(text: str) -> list[tuple[str, Any]]:
-    """``(event, data)`` of each server-sent event."""
+    """``(event, data)`` of each server-sent event; the stream must end with the terminal
+    ``data: [DONE]`` of the Open Responses specification."""
+    *blocks, last = text.strip().split("\n\n")
+    assert last == "data: [DONE]", last
     out = []
-    for block in text.strip().split("\n\n"):
+    for block in blocks:
         lines = dict(line.split(": ", 1) for line in block.splitlines())
         out.append((lines["event"], json.loads(lines["data"])))
     return out
