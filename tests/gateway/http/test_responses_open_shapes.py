@@ -15,8 +15,8 @@ import pytest
 from openai import OpenAI
 from openai.types.responses import Response
 
-from tests.conftest import Server, start_server, stop_server
-from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
+from tests.conftest import Server
+from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn, gateway_over
 
 
 def _tool(name: str) -> Any:
@@ -38,16 +38,8 @@ def upstream() -> Iterator[ScriptedUpstream]:
 def server(
     upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("open-shapes")
-    (folder / "config.yaml").write_text(
-        "deployments:\n"
-        f"  - {{name: up, backend: openai, base_url: '{upstream.url}', model: scripted}}\n"
-        "models:\n"
-        "  agent: {candidates: [up]}\n"
-    )
-    server = start_server(folder / "config.yaml", folder / "server.log")
-    yield server
-    stop_server(server)
+    with gateway_over(upstream, tmp_path_factory.mktemp("open-shapes")) as server:
+        yield server
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import websockets.sync.client
 from openai import OpenAI
 from websockets.exceptions import InvalidStatus
 
-from tests.conftest import Server, start_server, stop_server
-from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
+from tests.conftest import Server
+from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn, gateway_over
 from tests.gateway.http.test_schema_responses import event_violations
 
 SCRIPT = [Turn(reasoning="Think.", text="First answer."), Turn(text="Second answer.")]
@@ -33,16 +33,8 @@ def upstream() -> Iterator[ScriptedUpstream]:
 def server(
     upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("responses-socket")
-    (folder / "config.yaml").write_text(
-        "deployments:\n"
-        f"  - {{name: up, backend: openai, base_url: '{upstream.url}', model: scripted}}\n"
-        "models:\n"
-        "  agent: {candidates: [up]}\n"
-    )
-    server = start_server(folder / "config.yaml", folder / "server.log")
-    yield server
-    stop_server(server)
+    with gateway_over(upstream, tmp_path_factory.mktemp("responses-socket")) as server:
+        yield server
 
 
 @pytest.fixture
