@@ -17,7 +17,8 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from litestar import Request, Response, get
+from litestar import Request, Response, get, route
+from litestar.handlers import BaseRouteHandler, HTTPRouteHandler
 from litestar.params import FromPath
 from litestar.types import ASGIApp
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -118,7 +119,34 @@ async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     return Response(telemetry.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
-ROUTES = [
+def options_handlers(handlers: list[BaseRouteHandler]) -> list[HTTPRouteHandler]:
+    """One ``OPTIONS`` handler per path that several handlers share, naming all their methods.
+
+    Litestar makes the ``OPTIONS`` answer of a path from the first handler registered on it,
+    so a path served by a ``GET`` and a ``DELETE`` handler would list ``GET`` alone.
+    """
+    methods: dict[str, set[str]] = {}
+    shared: set[str] = set()
+    for handler in handlers:
+        if not isinstance(handler, HTTPRouteHandler):
+            continue
+        for path in handler.paths:
+            if path in methods:
+                shared.add(path)
+            methods.setdefault(path, {"OPTIONS"}).update(handler.http_methods)
+    return [_options(path, ", ".join(sorted(methods[path]))) for path in sorted(shared)]
+
+
+def _options(path: str, allow: str) -> HTTPRouteHandler:
+    async def options(request: Request[Any, Any, Any]) -> Response[None]:
+        return Response(None, status_code=204, headers={"allow": allow})
+
+    return route(path, http_method="OPTIONS", include_in_schema=False, name=f"options:{path}")(
+        options
+    )
+
+
+_HANDLERS: list[BaseRouteHandler] = [
     metrics,
     chat_completions,
     completions,
@@ -133,3 +161,5 @@ ROUTES = [
     readiness,
     worker_stats,
 ]
+# first, so that Litestar makes no OPTIONS handler of its own on these paths
+ROUTES = [*options_handlers(_HANDLERS), *_HANDLERS]

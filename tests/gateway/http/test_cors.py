@@ -108,3 +108,15 @@ def test_with_keys_a_wildcard_serves_any_page_holding_a_key(keyed_wildcard: Serv
     served = chat(keyed_wildcard, OTHER, MASTER_KEY)
     assert served.status_code == 200 and served.headers["access-control-allow-origin"] == "*"
     assert chat(keyed_wildcard, OTHER).status_code == 401
+
+
+def test_options_on_a_stored_response_lists_every_method_it_serves(open_listed: Server) -> None:
+    url = f"{open_listed.api}/responses/resp_0123"
+    plain = httpx.options(url)
+    assert plain.status_code in (200, 204), plain.text
+    allowed = {method.strip() for method in plain.headers["allow"].split(",")}
+    assert {"GET", "DELETE"} <= allowed
+    headers = {"Origin": APP, "Access-Control-Request-Method": "DELETE"}
+    answer = httpx.options(url, headers=headers)
+    assert answer.status_code in (200, 204) and answer.headers["access-control-allow-origin"] == APP
+    assert "DELETE" in answer.headers["access-control-allow-methods"]
