@@ -131,5 +131,10 @@ class TextAssembler:
         return self._matcher.feed(self._decoder.decode(piece))
 
     def finish(self) -> str:
-        tail = self._matcher.feed(self._decoder.decode(b"", final=True))
-        return tail + self._matcher.flush()
+        """What is still held, at the end of the answer.
+
+        A character that ``max_tokens`` cut in the middle is dropped, not sent as U+FFFD:
+        the decoder holds only the start of a valid sequence, so nothing else is lost.
+        """
+        self._decoder.reset()
+        return self._matcher.flush()

@@ -34,3 +34,9 @@ def test_earliest_of_several_stops_wins() -> None:
     matcher = StopMatcher(["world", "lo w"])
     assert matcher.feed("hello world") == "hel"
     assert matcher.stopped
+
+
+def test_a_character_cut_at_the_end_is_dropped() -> None:
+    text = TextAssembler()
+    assert text.feed(b"a" + "€".encode()[:2]) == "a"
+    assert text.finish() == ""
