@@ -12,7 +12,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.dispatch import describe_request
-from gateway.errors import InvalidRequestError
+from gateway.errors import GatewayError, InvalidRequestError
 from gateway.http.abilities import embedder
 from gateway.http.intake import arrive, json_response, parse_body
 from gateway.http.serving import Admitted, respond
@@ -31,7 +31,12 @@ async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
     def serve() -> Awaitable[ASGIApp]:
         return _embed(admitted, body)
 
-    await respond(scope, receive, send, admitted, serve)
+    try:
+        await respond(scope, receive, send, admitted, serve)
+    except GatewayError as exc:
+        if exc.param == "messages":  # the shared refusals name chat's field
+            exc.param = "input"
+        raise
 
 
 async def _embed(admitted: Admitted, body: EmbeddingRequest) -> ASGIApp:

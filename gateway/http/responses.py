@@ -137,13 +137,19 @@ async def responses(scope: Scope, receive: Receive, send: Send) -> None:
         return
     try:
         await handle(scope, receive, send, RESPONSES)
-    except ContextLengthExceededError as exc:
+    except GatewayError as exc:
         # the request path names chat's fields; a Responses client sent these
-        exc.param = _RESPONSES_PARAM.get(exc.param or "messages", exc.param)
+        if exc.param is None and isinstance(exc, ContextLengthExceededError):
+            exc.param = "messages"
+        exc.param = _RESPONSES_PARAM.get(exc.param or "", exc.param)
         raise
 
 
-_RESPONSES_PARAM = {"messages": "input", "max_tokens": "max_output_tokens"}
+_RESPONSES_PARAM = {
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+    "response_format": "text.format",
+}
 
 
 @get("/v1/responses/{response_id:str}")
