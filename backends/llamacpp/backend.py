@@ -433,6 +433,12 @@ class LlamaCppBackend(Backend):
         self._generating()
         _reject_unsupported(n=request.n)
         top_logprobs = _top_logprobs(request)
+        outside = request.part_outside(_PART_KINDS)
+        if outside is not None:
+            param, kind = outside
+            raise InvalidRequestError(
+                f"deployment {self.name!r} takes no {kind!r} parts", param=param
+            )
         if any(m.has_images() for m in request.messages):
             raise InvalidRequestError(
                 f"deployment {self.name!r} does not accept images", param="messages"
@@ -631,6 +637,8 @@ def _reject_unsupported(*, n: int | None) -> None:
 
 
 MAX_TOP_LOGPROBS = 20
+# the content parts a chat template can render (images are refused on their own, by name)
+_PART_KINDS = frozenset({"text", "image_url"})
 
 
 def _top_logprobs(request: ChatCompletionRequest) -> int | None:

@@ -142,6 +142,15 @@ class ChatCompletionRequest(RequestModel):
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
+    def part_outside(self, kinds: frozenset[str]) -> tuple[str, str] | None:
+        """The first content part whose type is not in ``kinds``: its ``param`` and type."""
+        for i, message in enumerate(self.messages):
+            if isinstance(message.content, list):
+                for j, part in enumerate(message.content):
+                    if part.type not in kinds:
+                        return f"messages[{i}].content[{j}].type", part.type
+        return None
+
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 

@@ -1,6 +1,8 @@
 """A refusal's ``param`` names the field of the API called, on a real ``shunter serve`` in
 front of a loopback OpenAI-compatible upstream: embeddings name ``input``, Responses name
-``input`` and ``text.format``, never chat's ``messages`` or ``response_format``."""
+``input`` and ``text.format``, never chat's ``messages`` or ``response_format``. A chat
+content part that in-process llama.cpp cannot take is refused by its place and type, while
+an OpenAI-compatible upstream gets every part as sent."""
 
 from __future__ import annotations
 
@@ -57,3 +59,34 @@ def test_a_bad_responses_text_format_names_text_format(server: Server) -> None:
     body = {"model": "tiny", "input": "hi", "tools": [tool], "text": {"format": fmt}}
     error = error_of(server, "/responses", body)
     assert error["param"] == "text.format", error
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE"}},
+        {"type": "mystery"},
+    ],
+)
+def test_a_content_part_llamacpp_cannot_take_is_refused_by_name(
+    server: Server, part: dict[str, Any]
+) -> None:
+    content = [{"type": "text", "text": "hi"}, part]
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": content}]
+    body = {"model": "tiny", "messages": messages, "max_tokens": 2}
+    error = error_of(server, "/chat/completions", body)
+    assert error["param"] == "messages[1].content[1].type", error
+    assert part["type"] in error["message"]
+
+
+def test_content_parts_reach_an_openai_compatible_upstream_unchanged(upstream: Server) -> None:
+    parts = [
+        {"type": "text", "text": "hi"},
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE"}},
+    ]
+    body = {"model": "m", "messages": [{"role": "user", "content": parts}]}
+    answer = httpx.post(f"{upstream.api}/chat/completions", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["echo"]["messages"][0]["content"] == parts
