@@ -397,6 +397,10 @@ class LlamaCppBackend(Backend):
         """The prompt tokens of a chat request, exactly as :meth:`chat` would send them: its
         messages and tools through the model's chat template, then its tokenizer."""
         self._generating()
+        # off the event loop: a large prompt takes seconds to render and tokenize
+        return await asyncio.to_thread(self._count_prompt_tokens, request)
+
+    def _count_prompt_tokens(self, request: ChatCompletionRequest) -> int:
         plan = plan_tools(request)
         assert self._prompt is not None, "backend used before start()"
         prompt = self._prompt.render(request.messages, plan.offered(), plan.parallel)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from litestar import asgi
@@ -19,7 +20,6 @@ from litestar.types import Receive, Scope, Send
 from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
-from gateway.admission.keys import check_model
 from gateway.dispatch import ServedStream, describe_request
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.http.abilities import native_messages, token_counter
@@ -136,11 +136,12 @@ async def messages(scope: Scope, receive: Receive, send: Send) -> None:
 
 @asgi("/v1/messages/count_tokens", copy_scope=False)
 async def messages_count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
-    """``POST /v1/messages/count_tokens``: the key and its model scope are checked (no
-    limits are taken: nothing is generated). Exact where the model's first deployment can
-    count (a local engine with its chat template, or an Anthropic upstream's own count,
-    which gets the body as sent); estimated elsewhere. ``x-shunter-token-count`` says
-    which: ``exact``, ``upstream`` or ``estimated``."""
+    """``POST /v1/messages/count_tokens``: admitted as any request is (the key, its model
+    scope and its request rate; the prompt's tokens are given back after: nothing is
+    generated). Exact where the model's first deployment can count (a local engine with
+    its chat template, or an Anthropic upstream's own count, which gets the body as sent);
+    estimated elsewhere. ``x-shunter-token-count`` says which: ``exact``, ``upstream`` or
+    ``estimated``."""
     if scope.get("method") != "POST":
         raise MethodNotAllowedException(headers={"allow": "POST"})
     state = scope["app"].state
@@ -151,18 +152,26 @@ async def messages_count_tokens(scope: Scope, receive: Receive, send: Send) -> N
     call = MessagesCall.read(raw, forwarded(scope), CountTokensRequest)
     note_request(call.body)
     request_facts(scope).update(key_id=key.id, model=call.model)
-    check_model(key, call.model)
-    backend = gateway.first_choice(call.model)
-    native, counter = native_messages(backend), token_counter(backend)
-    if native is not None:
-        body = call.native(count=True)
-        tokens, how = await native.count_message_tokens(body, call.headers), "upstream"
-    elif counter is not None:
-        tokens, how = await counter.count_tokens(call.routed()), "exact"
-    else:
-        tokens, how = RequestFacts.of_chat(call.routed()).prompt_tokens, "estimated"
+    estimate = RequestFacts.of_chat(call.routed())
+    ticket = await services.admission.admit(replace(estimate, max_output_tokens=0), key)
+    try:
+        tokens, how = await _count_tokens(gateway.first_choice(call.model), call, estimate)
+    finally:
+        await services.admission.settle(ticket, None)  # counts as a request, spends nothing
     answer = JSONBody(_json({"input_tokens": tokens}), {"x-shunter-token-count": how})
     await answer(scope, receive, send)
+
+
+async def _count_tokens(
+    backend: Backend, call: MessagesCall, estimate: RequestFacts
+) -> tuple[int, str]:
+    """The prompt tokens of ``call`` and how they were counted."""
+    native, counter = native_messages(backend), token_counter(backend)
+    if native is not None:
+        return await native.count_message_tokens(call.native(count=True), call.headers), "upstream"
+    if counter is not None:
+        return await counter.count_tokens(call.routed()), "exact"
+    return estimate.prompt_tokens, "estimated"
 
 
 MESSAGE_ROUTES = [messages, messages_count_tokens]

@@ -27,7 +27,7 @@ from gateway.dispatch import ServedStream
 from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.http.asgi import JSONBody
 from gateway.http.endpoint import Endpoint
-from gateway.http.intake import Services, json_response, parse_body
+from gateway.http.intake import MAX_BODY_BYTES, Services, json_response, parse_body
 from gateway.http.responses_socket import serve_socket
 from gateway.http.serving import handle
 from gateway.ingress.response_events import ResponseEvents
@@ -60,7 +60,9 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
     def parse(self, raw: bytes) -> ResponsesCall:
         body = parse_body(ResponsesRequest, raw)
         refuse_unserved(body)
-        return ResponsesCall(body, owner="", response_id=f"resp_{uuid.uuid4().hex}")
+        return ResponsesCall(
+            body, owner="", response_id=f"resp_{uuid.uuid4().hex}", body_bytes=len(raw)
+        )
 
     async def prepare(self, services: Services, key: KeyInfo, call: ResponsesCall) -> None:
         """The caller's stored conversation (``previous_response_id``), then the chat
@@ -69,14 +71,17 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
         call.store, call.conversations = services.responses, services.conversations
         body = call.body
         call.tools = tool_map(body.tools, body.input, services.hosted_for(body.model))
+        room = MAX_BODY_BYTES - call.body_bytes  # history and input together: one body's cap
         if body.previous_response_id and not call.resumed:
             record = await services.responses.load(
-                body.previous_response_id, key.id, param="previous_response_id"
+                body.previous_response_id, key.id, param="previous_response_id", max_bytes=room
             )
             call.history = record["messages"]
         conversation = call.conversation_id
         if conversation is not None and body.previous_response_id is None:
-            held = await services.conversations.load(conversation, key.id, param="conversation")
+            held = await services.conversations.load(
+                conversation, key.id, param="conversation", max_bytes=room
+            )
             items = [InputItem.model_validate(item) for item in held["items"]]
             call.history = dump_messages(input_messages(items, call.tools))
         call.chat, call.turn = to_chat(body, call.history, call.tools)

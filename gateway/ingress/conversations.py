@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from gateway.errors import NotFoundError, ServiceUnavailableError
+from gateway.ingress.store import refuse_larger
 from gateway.protocol import now
 from gateway.state.base import StateStore, StateUnavailable
 
@@ -58,10 +59,17 @@ class ConversationStore:
         return record
 
     async def load(
-        self, conversation_id: str, owner: str, param: str | None = None
+        self,
+        conversation_id: str,
+        owner: str,
+        param: str | None = None,
+        max_bytes: int | None = None,
     ) -> dict[str, Any]:
-        """The record of ``conversation_id`` if ``owner`` created it; else 404."""
+        """The record of ``conversation_id`` if ``owner`` created it; else 404 (400 when it
+        is larger than ``max_bytes``, checked before it is read)."""
         try:
+            if max_bytes is not None:
+                await refuse_larger(self.state, _key(conversation_id), max_bytes, param)
             raw = await self.state.shared_get(_key(conversation_id))
         except StateUnavailable:
             raise _unavailable() from None

@@ -80,6 +80,7 @@ class ResponsesCall:
     conversations: ConversationStore | None = None
     created_at: int = field(default_factory=now)
     streams: dict[str, Any] = field(default_factory=dict)
+    body_bytes: int = 0
 
     @property
     def model(self) -> str:

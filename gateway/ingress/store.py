@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from gateway.errors import NotFoundError, ServiceUnavailableError
+from gateway.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
 from gateway.state.base import StateStore, StateUnavailable
 
 log = structlog.get_logger("shunter.responses")
@@ -32,6 +32,20 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 def _key(response_id: str) -> str:
     return f"responses:{response_id}"
+
+
+async def refuse_larger(state: StateStore, key: str, max_bytes: int, param: str | None) -> None:
+    """A 400 naming ``param`` when the stored value under ``key`` is larger than
+    ``max_bytes``: a continuation is capped as one request body is, and its size is read
+    from the store so that a huge history is never brought into memory."""
+    size = await state.shared_size(key)
+    if size > max_bytes:
+        raise InvalidRequestError(
+            f"The stored conversation ({size} bytes) with this request's input exceeds the "
+            f"request size limit; start a new conversation.",
+            param=param,
+            code="conversation_too_large",
+        )
 
 
 class ResponseStore:
@@ -51,10 +65,19 @@ class ResponseStore:
         self._written: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._bytes = 0
 
-    async def load(self, response_id: str, owner: str, param: str | None = None) -> dict[str, Any]:
+    async def load(
+        self,
+        response_id: str,
+        owner: str,
+        param: str | None = None,
+        max_bytes: int | None = None,
+    ) -> dict[str, Any]:
         """The record of ``response_id`` if ``owner`` created it; else 404 (503 when the
-        store cannot be read)."""
+        store cannot be read; 400 when it is larger than ``max_bytes``, checked before it
+        is read)."""
         try:
+            if max_bytes is not None:
+                await refuse_larger(self.state, _key(response_id), max_bytes, param)
             raw = await self.state.shared_get(_key(response_id))
         except StateUnavailable:
             raise ServiceUnavailableError(

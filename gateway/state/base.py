@@ -190,6 +190,10 @@ class StateStore(ABC):
     async def shared_delete(self, key: str) -> None:
         """Remove a shared value."""
 
+    @abstractmethod
+    async def shared_size(self, key: str) -> int:
+        """The size in bytes of a shared value (0 when absent), read without the value."""
+
     # -- lifecycle -----------------------------------------------------------------------
     @abstractmethod
     async def ping(self) -> bool:

@@ -184,6 +184,10 @@ class MemoryStateStore(StateStore):
     async def shared_delete(self, key: str) -> None:
         self._shared.pop(key, None)
 
+    async def shared_size(self, key: str) -> int:
+        entry = self._live_shared(key)
+        return 0 if entry is None else len(str(entry.value).encode())
+
     async def ping(self) -> bool:
         return True
 

@@ -312,6 +312,9 @@ class RedisStateStore(StateStore):
     async def shared_delete(self, key: str) -> None:
         await self._run(lambda: self._client.delete(self._shared_key(key)))
 
+    async def shared_size(self, key: str) -> int:
+        return int(await self._run(lambda: self._client.strlen(self._shared_key(key))))
+
     async def ping(self) -> bool:
         try:
             await self._run(lambda: self._client.ping())

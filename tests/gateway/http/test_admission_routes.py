@@ -33,6 +33,7 @@ class Keys:
     revoked: str
     limited: str  # 2 requests per minute
     budgeted: str  # $0.5, and every embedding here costs $1
+    counting: str  # 2 requests per minute, for token counts
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,7 @@ def keys(redis: RedisServer) -> Keys:
                 revoked=revoked,
                 limited=(await ring.create("limited", rpm=2))[0],
                 budgeted=(await ring.create("budgeted", budget_usd=0.5))[0],
+                counting=(await ring.create("counting", rpm=2))[0],
             )
         finally:
             await store.aclose()
@@ -153,6 +155,20 @@ def test_a_keys_rate_limit_applies_to_embeddings(gateway: Server, keys: Keys) ->
         with pytest.raises(openai.RateLimitError) as caught:
             client.embeddings.create(model="emb", input="hi")
     assert int(caught.value.response.headers["retry-after"]) >= 1
+
+
+def test_a_keys_rate_limit_applies_to_token_counts(gateway: Server, keys: Keys) -> None:
+    body = {"model": "chat", "messages": HELLO}
+    headers = {"x-api-key": keys.counting, "anthropic-version": "2023-06-01"}
+    url = f"{gateway.base_url}/v1/messages/count_tokens"
+    for _ in range(2):
+        counted = httpx.post(url, json=body, headers=headers, timeout=30)
+        assert counted.status_code == 200, counted.text
+        assert counted.json()["input_tokens"] > 0
+    refused = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert int(refused.headers["retry-after"]) >= 1
 
 
 def test_a_deployments_rate_limit_applies_to_embeddings(gateway: Server, keys: Keys) -> None:

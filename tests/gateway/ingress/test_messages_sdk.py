@@ -5,6 +5,8 @@ through untouched) and on a loopback OpenAI-wire upstream (translated)."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -301,3 +303,26 @@ def test_a_system_turn_mid_conversation_reaches_a_local_model(client: Anthropic)
         model="tiny", max_tokens=4, messages=messages, extra_body=GREEDY
     )
     assert message.content[0].type == "text" and message.usage.output_tokens >= 1
+
+
+def test_a_large_count_leaves_liveness_answering(server: Server) -> None:
+    """Counting a prompt of ~9 MB on the local model takes seconds; liveness is answered
+    while it runs, not after it."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "word " * 1_800_000}]}
+    data = json.dumps(body).encode()
+    host, port = server.base_url.rsplit("//", 1)[1].rsplit(":", 1)
+    head = (
+        f"POST /v1/messages/count_tokens HTTP/1.1\r\nhost: {host}\r\nx-api-key: {MASTER}\r\n"
+        "anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(data)}\r\nconnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=120) as counting:
+        counting.sendall(head + data)
+        time.sleep(0.5)  # the body is read and the count under way
+        alive = httpx.get(f"{server.base_url}/health/liveness", timeout=120)
+        assert alive.status_code == 200
+        counting.setblocking(False)
+        with pytest.raises(BlockingIOError):  # the count has not answered yet
+            counting.recv(1)
+        counting.setblocking(True)
+        assert counting.recv(12) == b"HTTP/1.1 200"
