@@ -95,17 +95,13 @@ class Endpoint(ABC, Generic[Req, Whole]):
         """``backend``'s answer as a stream of frames to write."""
 
     def answer_headers(self, body: Req) -> dict[str, str]:
-        """Headers the answer adds once a deployment took the request (what its
-        translation dropped)."""
+        """Headers the answer adds (what the request's translation dropped or clamped);
+        none by default."""
         return {}
 
     @abstractmethod
     async def render(self, body: Req, answer: Whole) -> bytes:
         """A whole answer (or a cache hit) as the response body."""
-
-    def headers(self, body: Req) -> dict[str, str]:
-        """Headers of the answer that the request itself decides (none by default)."""
-        return {}
 
     @abstractmethod
     def replay(self, body: Req, hit: Any) -> AsyncIterator[bytes]:

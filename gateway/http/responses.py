@@ -86,7 +86,7 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
             call.history = dump_messages(input_messages(items, call.tools))
         call.chat, call.turn = to_chat(body, call.history, call.tools)
 
-    def headers(self, call: ResponsesCall) -> dict[str, str]:
+    def answer_headers(self, call: ResponsesCall) -> dict[str, str]:
         """``x-shunter-dropped``: the hosted tools left out of the request, if any."""
         dropped = call.tools.dropped
         return {"x-shunter-dropped": ", ".join(dropped)} if dropped else {}

@@ -64,7 +64,7 @@ async def admit(
     await endpoint.prepare(services, arrival.key, body)
     arrival.facts.update(model=body.model, stream=bool(body.stream))
     ticket = await services.admission.admit(endpoint.facts(body), arrival.key)
-    admitted = Admitted(arrival, ticket, endpoint.headers(body))
+    admitted = Admitted(arrival, ticket)
 
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
@@ -76,16 +76,13 @@ class Admitted:
     """One admitted request on its way through dispatch: what settles it and what its
     log line says."""
 
-    def __init__(
-        self, arrival: Arrival, ticket: AdmissionTicket, own: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, arrival: Arrival, ticket: AdmissionTicket) -> None:
         self.gateway: Gateway = arrival.gateway
         self.services = arrival.services
         self.admission: Admission = arrival.services.admission
         self.ticket = ticket
         self.facts = arrival.facts
         self.request_id = arrival.request_id
-        self.own_headers = own or {}
 
     async def admit(self, deployment: str) -> None:
         """Take the deployment's own limits before it is tried."""
@@ -97,9 +94,8 @@ class Admitted:
         self.facts.update(bill.facts)
 
     def headers(self, routed: dict[str, str]) -> dict[str, str]:
-        """``routed``'s headers, then admission's (remaining limits, spend), then the
-        endpoint's own for this request."""
-        return {**routed, **self.admission.headers(self.ticket), **self.own_headers}
+        """``routed``'s headers, then admission's (remaining limits, spend)."""
+        return {**routed, **self.admission.headers(self.ticket)}
 
 
 async def respond(
@@ -175,7 +171,7 @@ async def _cached(
     """A cache hit: nothing to charge, written as the client asked for it."""
     await admitted.admission.settle(admitted.ticket, None)
     admitted.facts["cache"] = "hit"
-    headers = admitted.headers({"x-shunter-cache": "hit"})
+    headers = admitted.headers({"x-shunter-cache": "hit"}) | endpoint.answer_headers(body)
     if body.stream:
         return EventStream(endpoint.replay(body, hit), headers)
     return JSONBody(await endpoint.render(body, hit), headers)
