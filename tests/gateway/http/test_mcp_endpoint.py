@@ -189,7 +189,8 @@ def test_protocol_edges(gateway: Server, keys: dict[str, str]) -> None:
         gateway, _request("tools/list"), {**by_api_key, "mcp-method": "tools/list"}
     )
     assert missing_meta.status_code == 400 and missing_meta.json()["error"]["code"] == -32602
-    garbled = httpx.post(url, content=b"{", headers=_headers(keys["full"]), timeout=10)
+    as_json = {**_headers(keys["full"]), "content-type": "application/json"}
+    garbled = httpx.post(url, content=b"{", headers=as_json, timeout=10)
     assert garbled.status_code == 400 and garbled.json()["error"]["code"] == -32700
     page = {**_headers(keys["full"]), "origin": "https://evil.example"}
     assert _post(gateway, _request("initialize"), page).status_code == 403
