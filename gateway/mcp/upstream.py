@@ -248,6 +248,8 @@ def _describe(exc: BaseException) -> str:
         return "no answer to the handshake in time"
     if isinstance(exc, MCPError):
         return _clip(exc.error.message)
+    if isinstance(exc, OSError) and exc.strerror:  # e.g. the command does not exist
+        return f"{type(exc).__name__}: {_clip(exc.strerror)}"
     return type(exc).__name__
 
 

@@ -72,7 +72,7 @@ def tool_names(server: Server) -> set[str]:
     return {t["name"] for t in rpc(server, "tools/list")["result"]["tools"]}
 
 
-def test_calls_show_on_the_status_page_and_in_metrics(gateway: tuple[Server, Path]) -> None:
+def test_calls_show_on_the_status_page_in_metrics_and_the_log(gateway: tuple[Server, Path]) -> None:
     server, _ = gateway
     called = rpc(server, "tools/call", {"name": "local__echo", "arguments": {"text": "seen"}})
     assert called["result"]["content"] == [{"type": "text", "text": "seen"}]
@@ -84,6 +84,8 @@ def test_calls_show_on_the_status_page_and_in_metrics(gateway: tuple[Server, Pat
     ]
     page = httpx.get(f"{server.base_url}/ui", timeout=10).text
     assert 'id="tool-calls"' in page
+    log = server.log()
+    assert "mcp_server_stderr" in log and "echoing seen" in log  # the server's stderr
     metrics = httpx.get(f"{server.base_url}/metrics", timeout=10).text
     assert 'shunter_mcp_tool_calls_total{outcome="ok",server="local",tool="echo"} 1.0' in metrics
 

@@ -98,12 +98,12 @@ async def sdk_client(server: Server, key: str, mode: str) -> AsyncIterator[Clien
             yield client
 
 
-@pytest.mark.parametrize("mode", ["legacy", MODERN])
+@pytest.mark.parametrize("mode", ["legacy", MODERN, "auto"])
 async def test_the_sdk_client_lists_and_calls_tools(
     gateway: Server, keys: dict[str, str], mode: str
 ) -> None:
     async with sdk_client(gateway, keys["full"], mode) as client:
-        assert client.protocol_version == (LEGACY if mode == "legacy" else MODERN)
+        assert client.protocol_version == (LEGACY if mode == "legacy" else MODERN)  # auto: discover
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"local__echo", "local__pid", "web__add", "slowpoke__slow"} <= names
         assert "slowpoke__echo" not in names
