@@ -52,6 +52,7 @@ class Upstream:
         self._failure: str | None = None
         self._tools: tuple[McpTool, ...] | None = None
         self._listed_at = 0.0
+        self._listing = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
     @property
