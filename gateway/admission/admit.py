@@ -32,9 +32,6 @@ from dataclasses import dataclass, field
 
 from backends.base import Price, cost_usd
 from gateway.admission.keys import KeyInfo, KeyRing, check_model
-from gateway.admission.loopguard import ToolRepeat, repeated_tool_call
-from gateway.admission.session_limits import SessionGuard, SessionTicket
-from gateway.admission.sessions import SessionId
 from gateway.admission.limits import (
     Budgets,
     DeploymentLimitedError,
@@ -44,6 +41,9 @@ from gateway.admission.limits import (
     RateLimit,
     ratelimit_headers,
 )
+from gateway.admission.loopguard import ToolRepeat, repeated_tool_call
+from gateway.admission.session_limits import SessionGuard, SessionTicket
+from gateway.admission.sessions import SessionId
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.protocol import (
     ChatCompletionRequest,

@@ -112,10 +112,10 @@ class SessionGuard:
         limits = SessionLimits.of(self.settings, key)
         ticket = SessionTicket(session, limits)
         info = _info(session, key)
-        if repeat is not None and limits.loop_repeats is not None:
-            if repeat.count >= limits.loop_repeats:
-                await self._stop(session, "loop", limits, info)
-                raise _loop(session, repeat, limits.loop_repeats)
+        loops = limits.loop_repeats
+        if repeat is not None and loops is not None and repeat.count >= loops:
+            await self._stop(session, "loop", limits, info)
+            raise _loop(session, repeat, loops)
         label = f"session '{shown(session)}' of key '{key.name}'"
         rate = RateLimit(rpm=limits.rpm, tpm=limits.tpm)
         ticket.grant = await self.limiter.reserve(session.scope, label, rate, cost[1])

@@ -84,7 +84,8 @@ class Endpoint(ABC, Generic[Req, Whole]):
 
     def session_hint(self, body: Req) -> SessionHint | None:
         """What the body says of its session (an id field), if anything; without one, the
-        session is derived from the conversation (:func:`~gateway.admission.sessions.session_of`)."""
+        session is derived from the conversation
+        (:func:`~gateway.admission.sessions.session_of`)."""
         return None
 
     def note_session(self, body: Req, session: SessionId) -> None:

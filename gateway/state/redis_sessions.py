@@ -22,8 +22,8 @@ Runner = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 # KEYS: book hash, holds hash, lapse zset. ARGV: op (hold|settle|stop), hold id, usd,
 # tokens, hold ttl ms, idle ttl ms, budget ('' none), max tokens ('' none), reason, then
-# info field/value pairs. Returns {allowed, reason, usd, tokens, requests, held usd,
-# held tokens, stopped, first, last, info...}.
+# info field/value pairs. Returns {allowed, reason, usd, tokens, held usd, held tokens,
+# requests, stopped}.
 SESSION = f"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -82,7 +82,8 @@ local keep = math.max(idle_ttl, hold_ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], keep) end
 if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], keep) end
 return {{allowed, reason, string.format('%.17g', spent), tostring(used),
-  string.format('%.17g', held_usd), tostring(held_tokens)}}
+  string.format('%.17g', held_usd), tostring(held_tokens),
+  redis.call('HGET', KEYS[1], 'requests') or '0', redis.call('HGET', KEYS[1], 'stopped') or ''}}
 """
 
 # KEYS: the index. ARGV: score, member, members kept, ttl ms.
@@ -138,6 +139,8 @@ class RedisSessions:
             tokens=int(raw[3]),
             held_usd=float(raw[4]),
             held_tokens=int(raw[5]),
+            requests=int(raw[6]),
+            stopped=_str(raw[7]),
         )
         if op != "hold" or not allowed:  # a hold changes no spend: the index stays right
             index = [repr(use.usd), scope, str(self._max), str(round(caps.idle_ttl_s * 1000))]
@@ -151,13 +154,20 @@ class RedisSessions:
         out: list[SessionUse] = []
         for member in members:
             scope = _str(member)
-            tag = f"{self._prefix}:{{{scope}}}:session"
-            fields = await self._run(lambda tag=tag: self._client.hgetall(tag))
-            if not fields:
-                await self._run(lambda scope=scope: self._client.zrem(self._index_key(), scope))
-                continue
-            out.append(_use(scope, {_str(k): _str(v) for k, v in fields.items()}))
+            fields = await self._fields(scope)
+            if fields:
+                out.append(_use(scope, fields))
+            else:  # the session expired: its index entry goes too
+                await self._forget(scope)
         return out
+
+    async def _fields(self, scope: str) -> dict[str, str]:
+        tag = f"{self._prefix}:{{{scope}}}:session"
+        raw = await self._run(lambda: self._client.hgetall(tag))
+        return {_str(k): _str(v) for k, v in raw.items()}
+
+    async def _forget(self, scope: str) -> None:
+        await self._run(lambda: self._client.zrem(self._index_key(), scope))
 
     def _index_key(self) -> str:
         return f"{self._prefix}:sessions"

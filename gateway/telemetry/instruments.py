@@ -119,8 +119,7 @@ class Telemetry:
         )
         self.session_stops = Counter(
             "shunter_session_stops",
-            "Requests refused because their session was stopped, by reason (budget, tokens, "
-            "loop)",
+            "Requests refused because their session was stopped, by reason (budget, tokens, loop)",
             ("reason",),
             registry=self.registry,
         )

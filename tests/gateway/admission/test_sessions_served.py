@@ -104,7 +104,11 @@ def tool_turns(count: int, name: str = "read_file") -> list[dict[str, Any]]:
             {
                 "role": "assistant",
                 "tool_calls": [
-                    {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": arguments},
+                    }
                 ],
             },
             {"role": "tool", "tool_call_id": f"c{i}", "content": "no change"},

@@ -10,6 +10,8 @@ import pytest
 
 from gateway.state.base import SessionCaps, StateStore
 from gateway.state.memory import MemoryStateStore
+from gateway.state.redis import RedisStateStore
+from tests.redis_server import RedisServer
 
 SCOPE = "session:key_a:s1"
 INFO = (("key_name", "ci"), ("label", "agent-1"))
@@ -36,7 +38,8 @@ async def test_settling_replaces_the_hold_with_the_cost(store: StateStore) -> No
     first = hold_id()
     assert (await store.session_hold(SCOPE, first, 0.04, 100, caps, INFO)).allowed
     use = await store.session_settle(SCOPE, first, 0.01, 30, caps.idle_ttl_s)
-    assert (use.usd, use.tokens, use.held_usd) == (pytest.approx(0.01), 30, 0)
+    assert use.usd == pytest.approx(0.01)
+    assert (use.tokens, use.held_usd) == (30, 0)
     assert (await store.session_hold(SCOPE, hold_id(), 0.04, 100, caps, INFO)).allowed
 
 
@@ -109,3 +112,21 @@ async def test_memory_keeps_a_bounded_number_of_sessions() -> None:
     for i in range(10):
         await store.session_stop(f"session:k:{i}", "loop", 60.0)
     assert len(await store.session_top(100)) == 3
+
+
+async def test_redis_session_keys_expire_when_the_session_idles(
+    redis_server: RedisServer,
+) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    store = RedisStateStore.from_url(redis_server.url, prefix=prefix)
+    try:
+        caps = SessionCaps(budget_usd=1.0, idle_ttl_s=120.0)
+        one = hold_id()
+        await store.session_hold(SCOPE, one, 0.01, 5, caps, INFO)
+        await store.session_settle(SCOPE, one, 0.01, 5, caps.idle_ttl_s)
+    finally:
+        await store.aclose()
+    for key in (f"{prefix}:{{{SCOPE}}}:session", f"{prefix}:sessions"):
+        reply = redis_server.command("PTTL", key) or ""
+        assert reply.startswith(":"), reply
+        assert 0 < int(reply[1:]) <= 120_000
