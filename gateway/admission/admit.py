@@ -3,7 +3,8 @@
 ::
 
     key = await admission.authenticate(authorization)    # before the body is read
-    ticket = await admission.admit(RequestFacts.of_chat(body), key)
+    session = session_of(key.id, header=..., hint=..., chat=body)   # see sessions.py
+    ticket = await admission.admit(RequestFacts.of_chat(body), key, session)
     # per upstream attempt, inside dispatch (a refusal falls back to the next deployment):
     await admission.admit_deployment(ticket, backend.name)
     ...
@@ -19,6 +20,8 @@ does the same against the chosen deployment's limits. ``admit`` also holds the r
 worst case from the key's budget (the token estimate at the dearest price among the
 model's candidates; for a cascade, the dearest it may run, summed), atomically with the check,
 so that concurrent requests cannot all pass one check and overspend together.
+With a session, ``admit`` then applies the session's limits (the loop guard, its RPM/TPM,
+its budget and token cap, held the same way: :mod:`~gateway.admission.session_limits`).
 ``settle`` replaces the token estimate with the actual usage and the hold with the cost
 (from the deployment's price); ``release`` gives everything back.
 """
