@@ -115,3 +115,18 @@ async def test_without_a_session_nothing_is_held(store: StateStore) -> None:
     for _ in range(5):
         ticket = await gate.admit(facts(), key)
         assert ticket.session is None
+
+
+async def test_a_session_token_cap_names_the_tokens(store: StateStore) -> None:
+    gate = admission(store)
+    own = KeySessionLimits(max_tokens=50)
+    key = KeyInfo.of((await gate.keys.create("ci", session=own))[1])
+    assert key.session == own
+    one = session(key, "tokens")
+    ticket = await gate.admit(facts(), key, one)  # 10 + 20 tokens held
+    await gate.admit_deployment(ticket, "up")
+    await gate.settle(ticket, Usage(prompt_tokens=10, completion_tokens=20))
+    with pytest.raises(SessionStoppedError) as refused:
+        await gate.admit(facts(), key, one)
+    assert refused.value.reason == "tokens" and not refused.value.should_retry
+    assert "limit of 50 tokens" in refused.value.message

@@ -192,8 +192,8 @@ def test_the_status_page_and_metrics_show_sessions(server: Server, key: str) -> 
     chat(server, key, [*ask("loop for the page"), *tool_turns(REPEATS, "grep")])
     master = {"authorization": f"Bearer {MASTER}"}
     rows = httpx.get(f"{server.base_url}/ui/status.json", headers=master).json()["sessions"]
-    spent = next(r for r in rows if r["label"] == "agent-a")
-    assert spent["key_name"] == "agents" and spent["requests"] == 3
+    (spent,) = [r for r in rows if r["label"] == "agent-a" and r["key_name"] == "agents"]
+    assert spent["requests"] == 3
     assert spent["spent_usd"] == pytest.approx(0.06)
     assert spent["state"] == "stopped" and spent["stopped_by"] == "budget"
     assert any(r["stopped_by"] == "loop" for r in rows)
