@@ -2,8 +2,8 @@
 
 A session is one conversation of one key. Its id comes from, first match wins:
 
-1. a header: ``x-shunter-session``, ``session_id`` or ``x-session-id`` (Codex sends
-   ``session_id``);
+1. a header: ``x-shunter-session``, ``session-id`` (Codex sends it), ``session_id``,
+   ``x-session-id`` or ``x-claude-code-session-id`` (Claude Code sends it);
 2. what the API's body says (:class:`SessionHint`, read by each endpoint): Responses'
    ``prompt_cache_key``, the session of the stored response ``previous_response_id``
    continues, its ``conversation``; chat's ``prompt_cache_key``; Messages'
@@ -31,7 +31,13 @@ from dataclasses import dataclass
 
 from gateway.protocol import ChatCompletionRequest, ChatMessage
 
-SESSION_HEADERS = ("x-shunter-session", "session_id", "x-session-id")
+SESSION_HEADERS = (
+    "x-shunter-session",
+    "session-id",
+    "session_id",
+    "x-session-id",
+    "x-claude-code-session-id",
+)
 LABEL_CHARS = 128  # what is kept of a client's id, for display
 _CLAUDE_SESSION = re.compile(r"_session_([0-9A-Za-z-]{8,64})$")
 

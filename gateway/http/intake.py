@@ -67,8 +67,8 @@ class Arrival:
     """The log/metrics facts of this request (written out by the middleware)."""
     request_id: str
     session_header: str | None = None
-    """The client's session id from its headers (``x-shunter-session``, ``session_id``,
-    ``x-session-id``), if it sent one."""
+    """The client's session id from its headers (``x-shunter-session``, or what agent CLIs
+    send: :data:`~gateway.admission.sessions.SESSION_HEADERS`), if it sent one."""
 
 
 async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arrival:
