@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from litestar.types import Scope
 
 from gateway.admission.loopguard import repeated_tool_call
 from gateway.admission.sessions import SessionId, session_of
@@ -50,12 +51,12 @@ def codex_session(request: dict[str, Any], headers: bool = True) -> SessionId | 
     return session_of(KEY, header=header, hint=RESPONSES.session_hint(call), chat=call.chat)
 
 
-def scope(request: dict[str, Any]) -> dict[str, Any]:
+def scope(request: dict[str, Any]) -> Scope:
     """The ASGI scope's headers of a recorded request."""
     pairs = [
         (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request["headers"].items()
     ]
-    return {"headers": pairs}
+    return cast(Scope, {"type": "http", "headers": pairs})
 
 
 @pytest.mark.parametrize(
