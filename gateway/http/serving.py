@@ -71,7 +71,8 @@ async def admit(
     try:
         ticket = await services.admission.admit(endpoint.facts(body), arrival.key, session)
     except SessionStoppedError as exc:
-        arrival.facts["session_stop"] = exc.reason
+        if not exc.should_retry:  # stopped, not only waiting for its requests in flight
+            arrival.facts["session_stop"] = exc.reason
         raise
     admitted = Admitted(arrival, ticket)
 
