@@ -56,6 +56,30 @@ _NO_KEY = (
 )
 
 
+class KeySessionLimits(BaseModel):
+    """A key's own limits for each of its sessions; unset ones take the config's
+    (``sessions:``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget_usd: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+    loop_repeats: int | None = Field(default=None, ge=2)
+
+    def described(self) -> list[str]:
+        """``session_budget=$5.00``-style parts for listings, of the limits that are set."""
+        named = {
+            "session_budget": None if self.budget_usd is None else f"${self.budget_usd:.2f}",
+            "session_max_tokens": self.max_tokens,
+            "session_rpm": self.rpm,
+            "session_tpm": self.tpm,
+            "session_loop_repeats": self.loop_repeats,
+        }
+        return [f"{name}={value}" for name, value in named.items() if value is not None]
+
+
 class KeyRecord(BaseModel):
     """A stored virtual key: never the secret, only its SHA-256."""
 
@@ -74,6 +98,7 @@ class KeyRecord(BaseModel):
     tpm: int | None = Field(default=None, ge=1)
     budget_usd: float | None = Field(default=None, ge=0)
     budget_window_s: int = Field(default=30 * 86400, ge=1)
+    session: KeySessionLimits | None = None
 
     def status(self, now: float) -> str:
         """``active``, ``expired`` or ``revoked`` at Unix time ``now``."""
@@ -98,6 +123,7 @@ class KeyInfo:
     budget_window_s: int = 30 * 86400
     mcp: tuple[str, ...] | None = None
     """MCP servers and ``server:tool`` entries the key may use; None: all."""
+    session: KeySessionLimits | None = None
 
     @property
     def scope(self) -> str:
@@ -116,6 +142,7 @@ class KeyInfo:
             budget_usd=record.budget_usd,
             budget_window_s=record.budget_window_s,
             mcp=record.mcp,
+            session=record.session,
         )
 
 
@@ -184,6 +211,7 @@ class KeyRing:
         budget_window_s: int = 30 * 86400,
         expires_in_s: float | None = None,
         mcp: tuple[str, ...] | None = None,
+        session: KeySessionLimits | None = None,
     ) -> tuple[str, KeyRecord]:
         """Create a key; return ``(secret, record)``. The secret is not stored anywhere."""
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
@@ -200,6 +228,7 @@ class KeyRing:
             tpm=tpm,
             budget_usd=budget_usd,
             budget_window_s=budget_window_s,
+            session=session,
         )
         await self.store.key_put(record.secret_hash, record.id, record.model_dump_json())
         self._missing.pop(record.secret_hash, None)

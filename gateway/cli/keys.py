@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
-from gateway.admission.keys import KeyRecord, KeyRing
+from gateway.admission.keys import KeyRecord, KeyRing, KeySessionLimits
 from gateway.common.durations import UNIT_SECONDS, split_duration
 from gateway.state import REDIS_URL_ENV, StateSettings, StateStore, StateUnavailable, open_store
 
@@ -67,6 +67,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "more (default: every server)",
     )
     create.add_argument("--expires", type=parse_duration, metavar="DUR", help="e.g. 30d")
+    create.add_argument(
+        "--session-budget-usd", type=_dollars, metavar="USD", help="spend limit per session"
+    )
+    create.add_argument("--session-max-tokens", type=_positive, help="tokens per session, in all")
+    create.add_argument("--session-rpm", type=_positive, help="requests per minute per session")
+    create.add_argument("--session-tpm", type=_positive, help="tokens per minute per session")
+    create.add_argument(
+        "--session-loop-repeats",
+        type=_at_least_two,
+        metavar="N",
+        help="refuse a session's request after N identical tool calls in a row",
+    )
     create.set_defaults(handler=_run(_create))
 
     listing = actions.add_parser("list", help="list keys (never their secrets)")
@@ -125,6 +137,7 @@ async def _create(ring: KeyRing, _: StateStore, args: argparse.Namespace) -> int
         budget_usd=args.budget,
         budget_window_s=args.budget_window,
         expires_in_s=args.expires,
+        session=_session_limits(args),
     )
     print(f"created {record.id} ({_describe(record)})", file=sys.stderr)
     print("the secret below is shown only now; store it somewhere safe:", file=sys.stderr)
@@ -171,6 +184,8 @@ def _describe(record: KeyRecord, spent: float | None = None) -> str:
     if record.budget_usd is not None:
         used = "" if spent is None else f"{spent:.4f}/"
         parts.append(f"budget=${used}{record.budget_usd:.2f} per {record.budget_window_s}s")
+    if record.session is not None:
+        parts.extend(record.session.described())
     if record.expires_at is not None:
         parts.append(f"expires={datetime.fromtimestamp(record.expires_at, UTC):%Y-%m-%dT%H:%MZ}")
     return " ".join(parts)
@@ -193,6 +208,31 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def _dollars(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def _at_least_two(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError("must be at least 2")
+    return value
+
+
+def _session_limits(args: argparse.Namespace) -> KeySessionLimits | None:
+    limits = KeySessionLimits(
+        budget_usd=args.session_budget_usd,
+        max_tokens=args.session_max_tokens,
+        rpm=args.session_rpm,
+        tpm=args.session_tpm,
+        loop_repeats=args.session_loop_repeats,
+    )
+    return limits if limits.described() else None
 
 
 def _models(text: str) -> tuple[str, ...]:

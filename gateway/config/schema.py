@@ -167,6 +167,35 @@ class ResponsesSettings(BaseModel):
     )
 
 
+class LoopGuardSettings(BaseModel):
+    """``sessions.loop_guard``: stop a session whose agent keeps making the same tool call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repeats: int | None = Field(
+        default=None,
+        ge=2,
+        description="refuse a request whose history ends with this many identical "
+        "consecutive tool calls (name and arguments); none: off",
+    )
+
+
+class SessionSettings(BaseModel):
+    """``sessions:``: what one agent session may use, for every key (a key's own session
+    limits win). A session is one conversation of one key (see the README, Sessions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget_usd: float | None = Field(default=None, gt=0, description="dollars per session")
+    max_tokens: int | None = Field(default=None, ge=1, description="tokens per session, in all")
+    rpm: int | None = Field(default=None, ge=1, description="requests per minute per session")
+    tpm: int | None = Field(default=None, ge=1, description="tokens per minute per session")
+    idle_ttl_s: float = Field(
+        default=3600.0, gt=0, description="a session idle this long is forgotten (its books)"
+    )
+    loop_guard: LoopGuardSettings = LoopGuardSettings()
+
+
 _ORIGIN = re.compile(r"^https?://[^/\s]+$")
 EXPOSED_HEADERS = (
     "x-request-id",
@@ -248,6 +277,7 @@ class GatewayConfig(BaseModel):
     cors: CORSSettings = CORSSettings()
     responses: ResponsesSettings = ResponsesSettings()
     mcp: McpSettings = McpSettings()
+    sessions: SessionSettings = SessionSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self, info: ValidationInfo) -> GatewayConfig:

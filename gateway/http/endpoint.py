@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.keys import KeyInfo
+from gateway.admission.sessions import SessionHint, SessionId
 from gateway.dispatch import ServedStream
 from gateway.errors import GatewayError
 from gateway.http.intake import Services
@@ -80,6 +81,16 @@ class Endpoint(ABC, Generic[Req, Whole]):
     @abstractmethod
     def facts(self, body: Req) -> RequestFacts:
         """What admission reserves for the request."""
+
+    def session_hint(self, body: Req) -> SessionHint | None:
+        """What the body says of its session (an id field), if anything; without one, the
+        session is derived from the conversation
+        (:func:`~gateway.admission.sessions.session_of`)."""
+        return None
+
+    def note_session(self, body: Req, session: SessionId) -> None:
+        """The request's session, once known (Responses keeps it with the stored response,
+        for the turns that continue it)."""
 
     def answered_by(self, body: Req, model: str) -> Req:
         """``body`` as sent to a deployment whose answers say ``model`` (by default the

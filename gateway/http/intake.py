@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from gateway.admission.admit import Admission
 from gateway.admission.cache import ResponseCache
 from gateway.admission.keys import KeyInfo
+from gateway.admission.sessions import SESSION_HEADERS
 from gateway.dispatch import Gateway
 from gateway.errors import ServiceUnavailableError
 from gateway.http.asgi import JSONBody
@@ -65,6 +66,9 @@ class Arrival:
     facts: dict[str, Any]
     """The log/metrics facts of this request (written out by the middleware)."""
     request_id: str
+    session_header: str | None = None
+    """The client's session id from its headers (``x-shunter-session``, or what agent CLIs
+    send: :data:`~gateway.admission.sessions.SESSION_HEADERS`), if it sent one."""
 
 
 async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arrival:
@@ -73,7 +77,17 @@ async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arr
     services, gateway, key = await authenticated(scope, x_api_key)
     body = await read_body(scope, receive)
     facts = request_facts(scope)
-    return Arrival(services, gateway, key, body, facts, scope["state"].get("request_id", ""))
+    request_id = scope["state"].get("request_id", "")
+    return Arrival(services, gateway, key, body, facts, request_id, session_header(scope))
+
+
+def session_header(scope: Scope) -> str | None:
+    """The first session header the client sent (see :data:`SESSION_HEADERS`)."""
+    for name in SESSION_HEADERS:
+        value = _header(scope, name.encode("latin-1"))
+        if value:
+            return value
+    return None
 
 
 def parse_body(model: type[M], body: bytes) -> M:

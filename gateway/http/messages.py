@@ -20,6 +20,7 @@ from litestar.types import Receive, Scope, Send
 from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
+from gateway.admission.sessions import SessionHint, claude_session
 from gateway.dispatch import ServedStream, describe_request
 from gateway.errors import GatewayError, InvalidRequestError
 from gateway.http.abilities import native_messages, token_counter
@@ -79,6 +80,13 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
             call.dropped, call.clamped = [], None
             return native.messages_stream(call.native(), call.headers)
         return MessageEvents(backend.chat_stream(_translated(backend, call)), call.model)
+
+    def session_hint(self, call: MessagesCall) -> SessionHint | None:
+        """Claude Code's session, from ``metadata.user_id``."""
+        metadata = call.body.metadata or {}
+        user_id = metadata.get("user_id")
+        found = claude_session(user_id if isinstance(user_id, str) else None)
+        return None if found is None else SessionHint("metadata.user_id", found)
 
     def answer_headers(self, call: MessagesCall) -> dict[str, str]:
         headers = {"x-shunter-dropped": ",".join(call.dropped)} if call.dropped else {}

@@ -23,6 +23,7 @@ from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
 from gateway.admission.keys import KeyInfo
+from gateway.admission.sessions import SessionHint, SessionId
 from gateway.dispatch import ServedStream
 from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.http.asgi import JSONBody
@@ -77,6 +78,8 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
                 body.previous_response_id, key.id, param="previous_response_id", max_bytes=room
             )
             call.history = record["messages"]
+            session = record.get("session")
+            call.session = session if isinstance(session, dict) else None
         conversation = call.conversation_id
         if conversation is not None and body.previous_response_id is None:
             held = await services.conversations.load(
@@ -85,6 +88,22 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
             items = [InputItem.model_validate(item) for item in held["items"]]
             call.history = dump_messages(input_messages(items, call.tools))
         call.chat, call.turn = to_chat(body, call.history, call.tools)
+
+    def session_hint(self, call: ResponsesCall) -> SessionHint | None:
+        """``prompt_cache_key``, else the session of the response ``previous_response_id``
+        continues, else the ``conversation``."""
+        body = call.body
+        if body.prompt_cache_key:
+            return SessionHint("prompt_cache_key", body.prompt_cache_key)
+        stored = call.session
+        if stored is not None and stored.get("id") and stored.get("label"):
+            return SessionHint("previous_response_id", stored["label"], resolved=stored["id"])
+        if call.conversation_id is not None:
+            return SessionHint("conversation", call.conversation_id)
+        return None
+
+    def note_session(self, call: ResponsesCall, session: SessionId) -> None:
+        call.session = {"id": session.id, "label": session.label}
 
     def answer_headers(self, call: ResponsesCall) -> dict[str, str]:
         """``x-shunter-dropped``: the hosted tools left out of the request, if any."""
@@ -215,7 +234,11 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
     owner, inputs = json.dumps(call.owner), json.dumps(given, ensure_ascii=False)
     said = data if data is not None else response.model_dump_json()
     turns = json.dumps(messages, ensure_ascii=False)
-    record = f'{{"owner":{owner},"response":{said},"input":{inputs},"messages":{turns}}}'
+    session = json.dumps(call.session, ensure_ascii=False)
+    record = (
+        f'{{"owner":{owner},"response":{said},"input":{inputs},"messages":{turns},'
+        f'"session":{session}}}'
+    )
     if await store.save(call.response_id, record):
         return True
     response.store = False

@@ -29,6 +29,8 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from backends.base import Backend
 from gateway.admission.admit import Admission, AdmissionTicket
+from gateway.admission.session_limits import SessionStoppedError
+from gateway.admission.sessions import SessionId, session_of
 from gateway.dispatch import Bill, Gateway, ServedStream, describe_request
 from gateway.errors import GatewayError
 from gateway.http.asgi import ClientWatch, EventStream, JSONBody
@@ -63,13 +65,35 @@ async def admit(
     services = arrival.services
     await endpoint.prepare(services, arrival.key, body)
     arrival.facts.update(model=body.model, stream=bool(body.stream))
-    ticket = await services.admission.admit(endpoint.facts(body), arrival.key)
+    session = request_session(arrival, endpoint, body)
+    if session is not None:
+        arrival.facts["session"] = session.id
+    try:
+        ticket = await services.admission.admit(endpoint.facts(body), arrival.key, session)
+    except SessionStoppedError as exc:
+        if not exc.should_retry:  # stopped, not only waiting for its requests in flight
+            arrival.facts["session_stop"] = exc.reason
+        raise
     admitted = Admitted(arrival, ticket)
 
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
 
     return admitted, serve
+
+
+def request_session(
+    arrival: Arrival, endpoint: Endpoint[Req, Whole], body: Req
+) -> SessionId | None:
+    """The session of a prepared request: its header, else its body's id, else its
+    conversation (text completions without an id have none)."""
+    routed = endpoint.request(body)
+    chat = routed if isinstance(routed, ChatCompletionRequest) else None
+    hint = endpoint.session_hint(body)
+    session = session_of(arrival.key.id, header=arrival.session_header, hint=hint, chat=chat)
+    if session is not None:
+        endpoint.note_session(body, session)
+    return session
 
 
 class Admitted:
@@ -83,6 +107,11 @@ class Admitted:
         self.ticket = ticket
         self.facts = arrival.facts
         self.request_id = arrival.request_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The request's session (a routing hint: one session, one conversation)."""
+        return self.ticket.session_id
 
     async def admit(self, deployment: str) -> None:
         """Take the deployment's own limits before it is tried."""

@@ -24,6 +24,7 @@ from gateway.state.base import StateUnavailable
 from gateway.telemetry.instruments import Telemetry
 
 RECENT_SHOWN = 50
+SESSIONS_SHOWN = 20
 _GB = 1e9
 
 
@@ -79,6 +80,7 @@ class StatusData:
             snapshot["tool_calls"] = tools.accounting.last(RECENT_SHOWN)
         if admin:
             snapshot["keys"] = await key_usage(services)
+            snapshot["sessions"] = await session_usage(services)
         return snapshot
 
     async def _memory(self, gateway: Gateway) -> list[dict[str, Any]]:
@@ -204,6 +206,30 @@ async def _key_row(services: Services, record: KeyRecord, now: float) -> dict[st
     except StateUnavailable:
         pass
     return row
+
+
+async def session_usage(services: Services) -> list[dict[str, Any]]:
+    """The sessions that spent most, with their key, requests, tokens, dollars and state
+    (``active``, or ``stopped`` and why)."""
+    rows = []
+    for use in await services.admission.sessions.top(SESSIONS_SHOWN):
+        info = dict(use.info)
+        label = info.get("label", "")
+        rows.append(
+            {
+                "id": use.scope.rsplit(":", 1)[-1],
+                "label": label if len(label) <= 24 else label[:21] + "...",
+                "key_id": info.get("key_id"),
+                "key_name": info.get("key_name"),
+                "requests": use.requests,
+                "tokens": use.tokens,
+                "spent_usd": round(use.usd, 6),
+                "state": "stopped" if use.stopped else "active",
+                "stopped_by": use.stopped or None,
+                "last_at": use.last or None,
+            }
+        )
+    return rows
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:

@@ -81,6 +81,9 @@ class ResponsesCall:
     created_at: int = field(default_factory=now)
     streams: dict[str, Any] = field(default_factory=dict)
     body_bytes: int = 0
+    session: dict[str, str] | None = None
+    """The session this turn belongs to (``id``, ``label``), kept with the stored response;
+    before admission, the session of the response it continues."""
 
     @property
     def model(self) -> str:

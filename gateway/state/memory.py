@@ -17,6 +17,9 @@ from gateway.state.base import (
     Hold,
     LimitCheck,
     Reservation,
+    SessionCaps,
+    SessionHold,
+    SessionUse,
     Spend,
     StateStore,
     StoreHealth,
@@ -25,6 +28,7 @@ from gateway.state.base import (
     gcra_reserve,
     window_bounds,
 )
+from gateway.state.memory_sessions import MemorySessions
 
 _SWEEP_EVERY = 4096
 
@@ -39,7 +43,11 @@ class MemoryStateStore(StateStore):
     """A :class:`StateStore` in this process's memory; ``clock`` returns Unix seconds."""
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.time, max_cache_entries: int = 10_000
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_cache_entries: int = 10_000,
+        max_sessions: int = 10_000,
     ) -> None:
         self.health = StoreHealth()
         self.shared = False
@@ -53,6 +61,7 @@ class MemoryStateStore(StateStore):
         self._cache: OrderedDict[str, _Expiring] = OrderedDict()
         self._shared: dict[str, _Expiring] = {}
         self._writes = 0
+        self._sessions = MemorySessions(clock, max_sessions)
 
     async def reserve(self, scope: str, checks: Sequence[LimitCheck]) -> Reservation:
         now = self._clock()
@@ -129,6 +138,30 @@ class MemoryStateStore(StateStore):
         if not holds:
             del self._holds[scope]
         return holds
+
+    async def session_hold(
+        self,
+        scope: str,
+        hold_id: str,
+        usd: float,
+        tokens: int,
+        caps: SessionCaps,
+        info: Sequence[tuple[str, str]] = (),
+    ) -> SessionHold:
+        return self._sessions.hold(scope, hold_id, (usd, tokens), caps, info)
+
+    async def session_settle(
+        self, scope: str, hold_id: str, usd: float, tokens: int, idle_ttl_s: float
+    ) -> SessionUse:
+        return self._sessions.settle(scope, hold_id, usd, tokens, idle_ttl_s)
+
+    async def session_stop(
+        self, scope: str, reason: str, idle_ttl_s: float, info: Sequence[tuple[str, str]] = ()
+    ) -> SessionUse:
+        return self._sessions.stop(scope, reason, idle_ttl_s, info)
+
+    async def session_top(self, count: int) -> list[SessionUse]:
+        return self._sessions.top(count)
 
     async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
         self._keys[key_hash] = record

@@ -36,6 +36,9 @@ from gateway.state.base import (
     Hold,
     LimitCheck,
     Reservation,
+    SessionCaps,
+    SessionHold,
+    SessionUse,
     Spend,
     StateStore,
     StateUnavailable,
@@ -43,6 +46,7 @@ from gateway.state.base import (
     check_scope,
     limit_state,
 )
+from gateway.state.redis_sessions import RedisSessions
 
 T = TypeVar("T")
 Client = Redis | RedisCluster
@@ -215,6 +219,7 @@ class RedisStateStore(StateStore):
         self._spend = client.register_script(SPEND)
         self._key_put = client.register_script(KEY_PUT)
         self._incr = client.register_script(SHARED_INCR)
+        self._sessions = RedisSessions(client, prefix, self._run)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> RedisStateStore:
@@ -259,6 +264,32 @@ class RedisStateStore(StateStore):
     async def spend_settle(self, scope: str, window_s: int, hold_id: str, usd: float) -> Spend:
         hold = (hold_id, "", "0", "")
         return (await self._spend_call(scope, window_s, add=usd, hold=hold)).spend
+
+    async def session_hold(
+        self,
+        scope: str,
+        hold_id: str,
+        usd: float,
+        tokens: int,
+        caps: SessionCaps,
+        info: Sequence[tuple[str, str]] = (),
+    ) -> SessionHold:
+        return await self._sessions.call(scope, "hold", (hold_id, usd, tokens, caps, ""), info)
+
+    async def session_settle(
+        self, scope: str, hold_id: str, usd: float, tokens: int, idle_ttl_s: float
+    ) -> SessionUse:
+        caps = SessionCaps(idle_ttl_s=idle_ttl_s)
+        return (await self._sessions.call(scope, "settle", (hold_id, usd, tokens, caps, ""))).use
+
+    async def session_stop(
+        self, scope: str, reason: str, idle_ttl_s: float, info: Sequence[tuple[str, str]] = ()
+    ) -> SessionUse:
+        caps = SessionCaps(idle_ttl_s=idle_ttl_s)
+        return (await self._sessions.call(scope, "stop", ("", 0.0, 0, caps, reason), info)).use
+
+    async def session_top(self, count: int) -> list[SessionUse]:
+        return await self._sessions.top(count)
 
     async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
         keys = [self._record_key(key_hash), self._id_key(key_id), self._ids_key()]
