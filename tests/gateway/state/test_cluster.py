@@ -61,6 +61,12 @@ async def test_every_store_operation_is_single_slot(
         assert await store.shared_incr("deployment:a:fails", 1, 10) == 1
         await store.shared_set("deployment:a:cooldown", "1", 10)
         assert await store.shared_get("deployment:a:cooldown") == "1"
+        for i in range(4):  # the oldest two make room, each in a slot of its own
+            assert await store.bounded_set("responses", f"responses:r{i}", "x" * 10, 60, 25)
+        assert await store.bounded_bytes("responses") == 20
+        assert [await store.shared_get(f"responses:r{i}") for i in (0, 1)] == [None, None]
+        await store.bounded_delete("responses", "responses:r3")
+        assert await store.bounded_bytes("responses") == 10
         assert await store.ping()
         assert store.health.errors == 0
     finally:
