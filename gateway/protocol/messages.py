@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from gateway.protocol.common import RequestModel, ResponseModel, new_id
+from gateway.protocol.toolschema import ToolSchema
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
@@ -59,7 +60,7 @@ class ToolParam(RequestModel):
 
     name: str = Field(min_length=1)
     description: str | None = None
-    input_schema: dict[str, JsonValue] | None = None
+    input_schema: ToolSchema | None = None
     type: str | None = None
 
 
