@@ -27,6 +27,7 @@ from gateway.protocol import (
     Usage,
 )
 from gateway.protocol.frames import FrameStream
+from gateway.protocol.images import chat_image
 
 
 class Served(Protocol):
@@ -80,6 +81,11 @@ class Endpoint(ABC, Generic[Req, Whole]):
     @abstractmethod
     def facts(self, body: Req) -> RequestFacts:
         """What admission reserves for the request."""
+
+    def image_field(self, body: Req) -> str | None:
+        """The field of the request's first image, as its API names it."""
+        routed = self.request(body)
+        return chat_image(routed) if isinstance(routed, ChatCompletionRequest) else None
 
     def answered_by(self, body: Req, model: str) -> Req:
         """``body`` as sent to a deployment whose answers say ``model`` (by default the
