@@ -64,7 +64,8 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         return call.routed()
 
     def facts(self, call: MessagesCall) -> RequestFacts:
-        return RequestFacts.of_chat(call.routed())
+        facts = RequestFacts.of_chat(call.routed())
+        return replace(facts, server_tools=call.body.server_tools())
 
     def image_field(self, call: MessagesCall) -> str | None:
         return messages_image(call.body)
