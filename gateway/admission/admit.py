@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from backends.base import Price, cost_usd
+from backends.base import Price, cost_usd, usage_cost
 from gateway.admission.keys import KeyInfo, KeyRing, check_model
 from gateway.admission.limits import (
     Budgets,
@@ -75,6 +75,9 @@ class RequestFacts:
     n: int = 1
     tool_repeat: ToolRepeat | None = None
     """The tool call the conversation ends repeating (what the loop guard reads)."""
+    server_tools: Mapping[str, int | None] = field(default_factory=dict)
+    """The upstream's own tools the request offers, with its ``max_uses`` of each
+    (``None``: not given; the deployment's reserve is held)."""
 
     @classmethod
     def of_chat(cls, body: ChatCompletionRequest, authorization: str | None = None) -> RequestFacts:
@@ -220,7 +223,7 @@ class Admission:
         output *= facts.n
         ticket = AdmissionTicket(key, facts.model, facts.prompt_tokens + output)
         label = f"key '{key.name}'"
-        worst = self.worst_case_usd(facts.model, facts.prompt_tokens, output)
+        worst = self.worst_case_usd(facts.model, facts.prompt_tokens, output, facts.server_tools)
         if key.budget_usd is not None:
             await self._hold_budget(ticket, label, worst)
         limit = RateLimit(rpm=key.rpm, tpm=key.tpm)
@@ -238,14 +241,24 @@ class Admission:
             raise
         return ticket
 
-    def worst_case_usd(self, model: str, prompt_tokens: int, output_tokens: int) -> float:
-        """The most a request to ``model`` can cost: at its dearest candidate's price; for
-        a cascade, at the dearest candidates' together, as many as it may run."""
+    def worst_case_usd(
+        self,
+        model: str,
+        prompt_tokens: int,
+        output_tokens: int,
+        server_tools: Mapping[str, int | None] | None = None,
+    ) -> float:
+        """The most a request to ``model`` can cost: at its dearest candidate's price (its
+        server tools used as often as the request allows); for a cascade, at the dearest
+        candidates' together, as many as it may run."""
         route = self.routes.get(model)
         if route is None:
             return 0.0
         costs = sorted(
-            (cost_usd(self.prices.get(d), prompt_tokens, output_tokens) for d in route.candidates),
+            (
+                cost_usd(self.prices.get(d), prompt_tokens, output_tokens, server_tools)
+                for d in route.candidates
+            ),
             reverse=True,
         )
         runs = 1 if route.cascade is None else 1 + route.cascade.max_escalations
@@ -301,8 +314,7 @@ class Admission:
                 await self.limiter.reconcile(grant, used)
         if usage is not None and ticket.deployment is not None:
             if cost is None:
-                price = self.prices.get(ticket.deployment)
-                cost = cost_usd(price, usage.prompt_tokens, usage.completion_tokens)
+                cost = usage_cost(self.prices.get(ticket.deployment), usage)
             ticket.cost_usd = cost
         await self._charge(ticket, ticket.cost_usd)
         if ticket.session is not None:

@@ -158,7 +158,8 @@ class ResponsesSettings(BaseModel):
     max_bytes: ByteSize = Field(
         default=ByteSize(256 * 1024 * 1024),
         gt=0,
-        description="stored responses one replica keeps, oldest dropped first (e.g. 256MiB)",
+        description="stored responses kept in all (every worker and replica), oldest dropped "
+        "first (e.g. 256MiB)",
     )
     hosted_tools: Literal["drop", "refuse"] = Field(
         default="drop",

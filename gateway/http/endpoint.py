@@ -28,6 +28,7 @@ from gateway.protocol import (
     Usage,
 )
 from gateway.protocol.frames import FrameStream
+from gateway.protocol.images import chat_image
 
 
 class Served(Protocol):
@@ -91,6 +92,11 @@ class Endpoint(ABC, Generic[Req, Whole]):
     def note_session(self, body: Req, session: SessionId) -> None:
         """The request's session, once known (Responses keeps it with the stored response,
         for the turns that continue it)."""
+
+    def image_field(self, body: Req) -> str | None:
+        """The field of the request's first image, as its API names it."""
+        routed = self.request(body)
+        return chat_image(routed) if isinstance(routed, ChatCompletionRequest) else None
 
     def answered_by(self, body: Req, model: str) -> Req:
         """``body`` as sent to a deployment whose answers say ``model`` (by default the

@@ -155,6 +155,8 @@ async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES)
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            # logged as every request whose client left: 499, not the 400 nobody reads
+            scope.get("state", {}).get("log", {})["client_gone"] = "disconnected"
             raise ClientException("The client went away before sending the whole body.")
         chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
         if chunk:

@@ -40,6 +40,7 @@ from gateway.ingress.messages import FORWARDED_HEADERS, MessagesCall, NativeMess
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.frames import FrameStream
+from gateway.protocol.images import messages_image
 from gateway.protocol.messages import CountTokensRequest, anthropic_status, error_body
 from gateway.telemetry.tracing import note_request
 
@@ -64,7 +65,11 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         return call.routed()
 
     def facts(self, call: MessagesCall) -> RequestFacts:
-        return RequestFacts.of_chat(call.routed())
+        facts = RequestFacts.of_chat(call.routed())
+        return replace(facts, server_tools=call.body.server_tools())
+
+    def image_field(self, call: MessagesCall) -> str | None:
+        return messages_image(call.body)
 
     async def whole(self, backend: Backend, call: MessagesCall) -> Answered:
         native = native_messages(backend)

@@ -46,6 +46,7 @@ from gateway.ingress.responses import (
 )
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
+from gateway.protocol.images import responses_image
 from gateway.protocol.responses import (
     InputItem,
     InputItemList,
@@ -115,6 +116,9 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
 
     def facts(self, call: ResponsesCall) -> RequestFacts:
         return RequestFacts.of_chat(call.chat_request())
+
+    def image_field(self, call: ResponsesCall) -> str | None:
+        return responses_image(call.body)
 
     async def whole(self, backend: Backend, call: ResponsesCall) -> ChatCompletion:
         return await backend.chat(call.chat_request())

@@ -32,7 +32,7 @@ from gateway.admission.admit import Admission, AdmissionTicket
 from gateway.admission.session_limits import SessionStoppedError
 from gateway.admission.sessions import SessionId, session_of
 from gateway.dispatch import Bill, Gateway, ServedStream, describe_request
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidRequestError
 from gateway.http.asgi import ClientWatch, EventStream, JSONBody
 from gateway.http.endpoint import Endpoint, Req, Whole
 from gateway.http.intake import Arrival, arrive
@@ -173,6 +173,8 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
         if hit is not None:
             return await _cached(admitted, endpoint, body, hit)
     routing_facts = describe_request(routed, admitted.request_id)
+    if routing_facts.has_images:
+        _refuse_unread_images(admitted.gateway, body.model, endpoint.image_field(body))
     if body.stream:
         return await _stream(admitted, endpoint, body, routed, routing_facts)
 
@@ -192,6 +194,21 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
         await cache.put(cache_key, result)
     headers = admitted.headers(answered.headers(result.usage)) | endpoint.answer_headers(body)
     return JSONBody(await endpoint.render(body, result), headers)
+
+
+def _refuse_unread_images(gateway: Gateway, model: str, field: str | None) -> None:
+    """A 400 naming the image's field when no deployment of ``model`` reads images (one
+    that does is routed to as any other request)."""
+    pool = gateway.policy_candidates(model, live=False)
+    if not pool or any(c.facts.capabilities.images for c in pool):
+        return
+    where = f" ('{field}' is one)" if field else ""
+    raise InvalidRequestError(
+        f"The model '{model}' accepts no images{where}; send text only, or use a model "
+        "that reads images.",
+        param=field,
+        code="images_not_supported",
+    )
 
 
 async def _cached(

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from gateway.protocol.common import Omitted, RequestModel, ResponseModel, new_id, now
+from gateway.protocol.toolschema import ToolSchema
 
 
 class InputPart(RequestModel):
@@ -35,7 +36,7 @@ class FunctionTool(RequestModel):
     type: str
     name: str | None = None
     description: str | None = None
-    parameters: dict[str, JsonValue] | None = None
+    parameters: ToolSchema | None = None
     strict: bool | None = None
     format: dict[str, JsonValue] | None = None
     tools: list[FunctionTool] | None = None

@@ -272,6 +272,24 @@ class StateStore(ABC):
     async def shared_size(self, key: str) -> int:
         """The size in bytes of a shared value (0 when absent), read without the value."""
 
+    # -- shared values under one byte bound (stored responses) --------------------------
+    @abstractmethod
+    async def bounded_set(
+        self, group: str, key: str, value: str, ttl_s: float, max_bytes: int
+    ) -> bool:
+        """Set the shared value ``key`` (read with :meth:`shared_get`) for ``ttl_s`` seconds
+        as a member of ``group``, whose live members together hold at most ``max_bytes``
+        in this store, whichever process wrote them: the oldest members are deleted first
+        to make room. False (nothing stored) when ``value`` alone is larger."""
+
+    @abstractmethod
+    async def bounded_delete(self, group: str, key: str) -> None:
+        """Remove the shared value ``key`` and its bytes from ``group``'s count."""
+
+    @abstractmethod
+    async def bounded_bytes(self, group: str) -> int:
+        """The bytes ``group``'s members hold, as counted against its bound."""
+
     # -- lifecycle -----------------------------------------------------------------------
     @abstractmethod
     async def ping(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gateway.state.base import (
     Hold,
@@ -39,6 +39,23 @@ class _Expiring:
     expires_at: float
 
 
+@dataclass
+class _Group:
+    """The members of one byte-bounded group, oldest first: ``key -> (bytes, expires_at)``."""
+
+    entries: OrderedDict[str, tuple[int, float]] = field(default_factory=OrderedDict)
+    bytes: int = 0
+
+    def add(self, key: str, size: int, expires_at: float) -> None:
+        self.entries[key] = (size, expires_at)
+        self.bytes += size
+
+    def drop(self, key: str) -> None:
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            self.bytes -= entry[0]
+
+
 class MemoryStateStore(StateStore):
     """A :class:`StateStore` in this process's memory; ``clock`` returns Unix seconds."""
 
@@ -60,6 +77,7 @@ class MemoryStateStore(StateStore):
         self._ids: dict[str, str] = {}
         self._cache: OrderedDict[str, _Expiring] = OrderedDict()
         self._shared: dict[str, _Expiring] = {}
+        self._groups: dict[str, _Group] = {}
         self._writes = 0
         self._sessions = MemorySessions(clock, max_sessions)
 
@@ -220,6 +238,35 @@ class MemoryStateStore(StateStore):
     async def shared_size(self, key: str) -> int:
         entry = self._live_shared(key)
         return 0 if entry is None else len(str(entry.value).encode())
+
+    async def bounded_set(
+        self, group: str, key: str, value: str, ttl_s: float, max_bytes: int
+    ) -> bool:
+        size = len(value.encode())
+        members = self._groups.setdefault(group, _Group())
+        members.drop(key)
+        if size > max_bytes:
+            return False
+        now = self._clock()
+        while members.entries:
+            oldest, (_, expires_at) = next(iter(members.entries.items()))
+            if expires_at > now and members.bytes + size <= max_bytes:
+                break
+            members.drop(oldest)
+            self._shared.pop(oldest, None)
+        members.add(key, size, now + ttl_s)
+        await self.shared_set(key, value, ttl_s)
+        return True
+
+    async def bounded_delete(self, group: str, key: str) -> None:
+        members = self._groups.get(group)
+        if members is not None:
+            members.drop(key)
+        self._shared.pop(key, None)
+
+    async def bounded_bytes(self, group: str) -> int:
+        members = self._groups.get(group)
+        return 0 if members is None else members.bytes
 
     async def ping(self) -> bool:
         return True

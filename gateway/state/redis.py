@@ -46,6 +46,7 @@ from gateway.state.base import (
     check_scope,
     limit_state,
 )
+from gateway.state.bounded import BOUNDED_DROP, BOUNDED_SET
 from gateway.state.redis_sessions import RedisSessions
 
 T = TypeVar("T")
@@ -220,6 +221,8 @@ class RedisStateStore(StateStore):
         self._key_put = client.register_script(KEY_PUT)
         self._incr = client.register_script(SHARED_INCR)
         self._sessions = RedisSessions(client, prefix, self._run)
+        self._bounded_set = client.register_script(BOUNDED_SET)
+        self._bounded_drop = client.register_script(BOUNDED_DROP)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> RedisStateStore:
@@ -346,6 +349,34 @@ class RedisStateStore(StateStore):
     async def shared_size(self, key: str) -> int:
         return int(await self._run(lambda: self._client.strlen(self._shared_key(key))))
 
+    async def bounded_set(
+        self, group: str, key: str, value: str, ttl_s: float, max_bytes: int
+    ) -> bool:
+        size = len(value.encode())
+        if size > max_bytes:
+            await self.bounded_delete(group, key)
+            return False
+        ttl_ms = max(1, round(ttl_s * 1000))
+        keys = self._group_keys(group)
+        args: list[str | int] = [key, size, ttl_ms, max_bytes]
+        evicted: list[bytes] = await self._run(lambda: self._bounded_set(keys, args))
+        # before the new value, so that Redis never holds more than the bound; one key a
+        # command, as each may live in another Cluster slot
+        for member in evicted:
+            doomed = self._shared_key(_str(member))
+            await self._run(lambda: self._client.delete(doomed))  # noqa: B023 - awaited now
+        await self.shared_set(key, value, ttl_s)
+        return True
+
+    async def bounded_delete(self, group: str, key: str) -> None:
+        keys = self._group_keys(group)
+        await self._run(lambda: self._bounded_drop(keys, [key]))
+        await self.shared_delete(key)
+
+    async def bounded_bytes(self, group: str) -> int:
+        keys = self._group_keys(group)
+        return int(await self._run(lambda: self._bounded_drop(keys, [""])))
+
     async def ping(self) -> bool:
         try:
             await self._run(lambda: self._client.ping())
@@ -420,6 +451,10 @@ class RedisStateStore(StateStore):
 
     def _shared_key(self, key: str) -> str:
         return f"{self._prefix}:shared:{key}"
+
+    def _group_keys(self, group: str) -> list[str]:
+        tag = f"{self._prefix}:{{bounded:{check_scope(group)}}}"
+        return [f"{tag}:order", f"{tag}:lapse", f"{tag}:sizes", f"{tag}:bytes"]
 
 
 def _text(raw: bytes | str | None) -> str | None:

@@ -67,6 +67,12 @@ async def test_every_store_operation_is_single_slot(
         await store.session_settle("session:k:s", "h1", 0.25, 5, 60.0)
         await store.session_stop("session:k:t", "loop", 60.0, (("label", "t"),))
         assert [u.scope for u in await store.session_top(5)] == ["session:k:s", "session:k:t"]
+        for i in range(4):  # the oldest two make room, each in a slot of its own
+            assert await store.bounded_set("responses", f"responses:r{i}", "x" * 10, 60, 25)
+        assert await store.bounded_bytes("responses") == 20
+        assert [await store.shared_get(f"responses:r{i}") for i in (0, 1)] == [None, None]
+        await store.bounded_delete("responses", "responses:r3")
+        assert await store.bounded_bytes("responses") == 10
         assert await store.ping()
         assert store.health.errors == 0
     finally:
