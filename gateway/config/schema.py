@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from backends.registry import DeploymentConfig
+from gateway.config.hosted import HostedSettings
 from policies.confidence import CascadeRule
 from policies.policy import Policy, PolicyField
 
@@ -241,6 +242,7 @@ class GatewayConfig(BaseModel):
     http: HTTPSettings = HTTPSettings()
     cors: CORSSettings = CORSSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    hosted: HostedSettings = HostedSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self, info: ValidationInfo) -> GatewayConfig:

@@ -19,6 +19,7 @@ from gateway.admission.limits import RateLimit
 from gateway.config import CacheRule, GatewayConfig
 from gateway.dispatch import Gateway, ReplicaSync
 from gateway.errors import ContextLengthExceededError, GatewayError
+from gateway.hosted.context import HostedContext
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
 from gateway.http.intake import Services
@@ -145,6 +146,7 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
         protect_ops=config.http.protect_ops,
         hosted_tools=config.responses.hosted_tools,
         hosted_by_model=_hosted_by_model(config),
+        hosted=HostedContext(settings=config.hosted),
     )
 
 
@@ -163,6 +165,7 @@ def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.responses.max_bytes = int(config.responses.max_bytes)
     services.hosted_tools = config.responses.hosted_tools
     services.hosted_by_model = _hosted_by_model(config)
+    services.hosted.settings = config.hosted
     services.send_timeout_s = config.http.send_timeout_s
     services.protect_ops = config.http.protect_ops
 

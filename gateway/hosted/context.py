@@ -1,0 +1,83 @@
+"""What the hosted-tool loop needs of the app: the settings, the configured servers' hub,
+and who the caller is (its key's grant, narrowed by its model group's)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gateway.admission.keys import KeyInfo
+from gateway.config.hosted import HostedSettings
+from gateway.errors import InvalidRequestError
+from gateway.hosted.remote import RemoteServer
+from gateway.mcp.hub import ToolCaller, ToolGrant, ToolHub
+
+
+@dataclass
+class HostedContext:
+    """One per app (replaced on a config reload): ``hub`` serves the configured servers
+    (``None``: none configured), ``server_urls`` the URL of each remote one (a request
+    naming a server by URL means that server), ``model_grants`` each model group's
+    grant."""
+
+    settings: HostedSettings = field(default_factory=HostedSettings)
+    hub: ToolHub | None = None
+    server_urls: Mapping[str, str] = field(default_factory=dict)
+    model_grants: Mapping[str, ToolGrant] = field(default_factory=dict)
+
+    def caller(self, key: KeyInfo, model: str, request_id: str = "") -> ToolCaller:
+        """The caller as the hub sees it: the key's grant within its model group's."""
+        grant = key_grant(key)
+        model_grant = self.model_grants.get(model)
+        if model_grant is not None:
+            grant = narrowed(grant, model_grant)
+        return ToolCaller(key.id, grant, request_id)
+
+    def stand_in_kinds(self) -> frozenset[str]:
+        """The provider tool types run through a configured MCP tool."""
+        return frozenset(self.settings.stand_ins) if self.hub is not None else frozenset()
+
+    def configured(self, label: str | None, url: str | None) -> str | None:
+        """The configured server a request names by its label or its URL, if any."""
+        servers = self.hub.servers if self.hub is not None else ()
+        if url is not None:
+            return next((s for s, u in self.server_urls.items() if _same(u, url)), None)
+        return label if label in servers else None
+
+    def remote(self, label: str, url: str, headers: Mapping[str, str], where: str) -> RemoteServer:
+        """A server the request names by URL: refused (a 400 naming ``where``) unless the
+        operator allows request servers."""
+        if not self.settings.request_servers:
+            raise InvalidRequestError(
+                "This gateway runs only the MCP servers it is configured with; name one by "
+                "its server_label, or ask the operator to allow request servers.",
+                param=where,
+            )
+        if not url.startswith(("http://", "https://")):
+            raise InvalidRequestError("The MCP server's URL must be http(s).", param=where)
+        timeout = self.settings.request_server_timeout_s
+        return RemoteServer(label, url, headers, timeout)
+
+
+def _same(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def key_grant(key: KeyInfo) -> ToolGrant:
+    """The MCP servers and tools ``key`` may use."""
+    return ToolGrant()
+
+
+def narrowed(grant: ToolGrant, other: ToolGrant) -> ToolGrant:
+    """What both grants allow."""
+    if other.servers is None:
+        return grant
+    if grant.servers is None:
+        return other
+    servers: dict[str, frozenset[str] | None] = {}
+    for server, tools in grant.servers.items():
+        if server in other.servers:
+            theirs = other.servers[server]
+            mine = tools if theirs is None else (theirs if tools is None else tools & theirs)
+            servers[server] = mine
+    return ToolGrant(servers)
