@@ -68,6 +68,8 @@ class KeyRecord(BaseModel):
     expires_at: float | None = None
     revoked_at: float | None = None
     models: tuple[str, ...] | None = None
+    mcp: tuple[str, ...] | None = None
+    """MCP servers (``server``) and tools (``server:tool``) the key may use; None: all."""
     rpm: int | None = Field(default=None, ge=1)
     tpm: int | None = Field(default=None, ge=1)
     budget_usd: float | None = Field(default=None, ge=0)
@@ -94,6 +96,8 @@ class KeyInfo:
     tpm: int | None = None
     budget_usd: float | None = None
     budget_window_s: int = 30 * 86400
+    mcp: tuple[str, ...] | None = None
+    """MCP servers and ``server:tool`` entries the key may use; None: all."""
 
     @property
     def scope(self) -> str:
@@ -111,6 +115,7 @@ class KeyInfo:
             tpm=record.tpm,
             budget_usd=record.budget_usd,
             budget_window_s=record.budget_window_s,
+            mcp=record.mcp,
         )
 
 
@@ -178,6 +183,7 @@ class KeyRing:
         budget_usd: float | None = None,
         budget_window_s: int = 30 * 86400,
         expires_in_s: float | None = None,
+        mcp: tuple[str, ...] | None = None,
     ) -> tuple[str, KeyRecord]:
         """Create a key; return ``(secret, record)``. The secret is not stored anywhere."""
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
@@ -189,6 +195,7 @@ class KeyRing:
             created_at=now,
             expires_at=None if expires_in_s is None else now + expires_in_s,
             models=models,
+            mcp=mcp,
             rpm=rpm,
             tpm=tpm,
             budget_usd=budget_usd,

@@ -58,6 +58,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     create.add_argument("--rpm", type=_positive, help="requests per minute")
     create.add_argument("--tpm", type=_positive, help="tokens per minute")
     create.add_argument("--models", type=_models, help="allowed models, comma-separated")
+    create.add_argument(
+        "--mcp",
+        action="append",
+        type=_mcp_entry,
+        metavar="SERVER[:TOOL]",
+        help="an MCP server (all its tools) or one tool of it the key may use; repeat for "
+        "more (default: every server)",
+    )
     create.add_argument("--expires", type=parse_duration, metavar="DUR", help="e.g. 30d")
     create.set_defaults(handler=_run(_create))
 
@@ -111,6 +119,7 @@ async def _create(ring: KeyRing, _: StateStore, args: argparse.Namespace) -> int
     secret, record = await ring.create(
         args.name,
         models=args.models,
+        mcp=tuple(args.mcp) if args.mcp else None,
         rpm=args.rpm,
         tpm=args.tpm,
         budget_usd=args.budget,
@@ -153,6 +162,8 @@ def _describe(record: KeyRecord, spent: float | None = None) -> str:
     parts = [f"name={record.name}"]
     if record.models is not None:
         parts.append(f"models={','.join(record.models)}")
+    if record.mcp is not None:
+        parts.append(f"mcp={','.join(record.mcp)}")
     if record.rpm is not None:
         parts.append(f"rpm={record.rpm}")
     if record.tpm is not None:
@@ -189,3 +200,10 @@ def _models(text: str) -> tuple[str, ...]:
     if not models:
         raise argparse.ArgumentTypeError("name at least one model")
     return models
+
+
+def _mcp_entry(text: str) -> str:
+    server, colon, tool = text.strip().partition(":")
+    if not server or (colon and not tool) or ":" in tool:
+        raise argparse.ArgumentTypeError("write SERVER or SERVER:TOOL")
+    return f"{server}:{tool}" if colon else server

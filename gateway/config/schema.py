@@ -22,6 +22,7 @@ from pydantic import (
 
 from backends.registry import DeploymentConfig
 from gateway.config.hosted import HostedSettings
+from gateway.config.mcp import McpSettings, McpToolGrant
 from policies.confidence import CascadeRule
 from policies.policy import Policy, PolicyField
 
@@ -120,6 +121,11 @@ class ModelRoute(BaseModel):
     cascade: CascadeRule | None = Field(
         default=None,
         description="answer with the best-ranked candidate; a larger one when it is unsure",
+    )
+    mcp_tools: McpToolGrant | None = Field(
+        default=None,
+        description="the MCP servers (and tools of each) this model may be offered as hosted "
+        "tools; none: all",
     )
 
     @model_validator(mode="after")
@@ -242,6 +248,7 @@ class GatewayConfig(BaseModel):
     http: HTTPSettings = HTTPSettings()
     cors: CORSSettings = CORSSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    mcp: McpSettings = McpSettings()
     hosted: HostedSettings = HostedSettings()
 
     @model_validator(mode="after")
@@ -257,6 +264,9 @@ class GatewayConfig(BaseModel):
             missing = [c for c in route.candidates if c not in known]
             if missing:
                 raise ValueError(f"model {model!r} names unknown deployments: {', '.join(missing)}")
+            unknown = sorted(set(route.mcp_tools or ()) - set(self.mcp.servers))
+            if unknown:
+                raise ValueError(f"model {model!r} names unknown MCP servers: {', '.join(unknown)}")
         return self
 
     @functools.cached_property

@@ -31,6 +31,7 @@ from gateway.http.completions import completions
 from gateway.http.conversations import CONVERSATION_ROUTES
 from gateway.http.embeddings import embeddings
 from gateway.http.intake import Services, json_response
+from gateway.http.mcproute import mcp_endpoint
 from gateway.http.messages import MESSAGE_ROUTES
 from gateway.http.responses import RESPONSE_ROUTES
 from gateway.http.responses_compact import compact_response
@@ -160,6 +161,7 @@ _HANDLERS: list[BaseRouteHandler] = [
     liveness,
     readiness,
     worker_stats,
+    mcp_endpoint,
 ]
 # first, so that Litestar makes no OPTIONS handler of its own on these paths
 ROUTES = [*options_handlers(_HANDLERS), *_HANDLERS]

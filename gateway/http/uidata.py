@@ -18,6 +18,7 @@ from gateway.admission.keys import KeyRecord
 from gateway.admission.limits import RateLimit
 from gateway.dispatch import Gateway
 from gateway.http.intake import Services
+from gateway.mcp.servers import HubSlot
 from gateway.residency.placement import Placement, plan_deployments
 from gateway.state.base import StateUnavailable
 from gateway.telemetry.instruments import Telemetry
@@ -35,9 +36,16 @@ class StatusData:
     _plan: list[dict[str, Any]] = field(default_factory=list)
 
     async def snapshot(
-        self, gateway: Gateway, telemetry: Telemetry, services: Services, *, admin: bool
+        self,
+        gateway: Gateway,
+        telemetry: Telemetry,
+        services: Services,
+        *,
+        admin: bool,
+        tools: HubSlot | None = None,
     ) -> dict[str, Any]:
-        """The page's data; ``keys`` only when ``admin``."""
+        """The page's data; ``keys`` only when ``admin``; the MCP servers and recent tool
+        calls with ``tools``."""
         deployments = [_deployment(gateway, name) for name in sorted(gateway.backends)]
         served: dict[str, list[str]] = {}
         for model, route in gateway.config.models.items():
@@ -66,6 +74,9 @@ class StatusData:
             "memory": await self._memory(gateway),
             "decisions": telemetry.recent.last(RECENT_SHOWN),
         }
+        if tools is not None:
+            snapshot["mcp_servers"] = mcp_servers(tools)
+            snapshot["tool_calls"] = tools.accounting.last(RECENT_SHOWN)
         if admin:
             snapshot["keys"] = await key_usage(services)
         return snapshot
@@ -80,6 +91,20 @@ class StatusData:
             self._plan_version = gateway.config_version
         loaded = {name: backend.stats().loaded for name, backend in gateway.backends.items()}
         return [{**row, "loaded": loaded.get(row["deployment"])} for row in self._plan]
+
+
+def mcp_servers(tools: HubSlot) -> list[dict[str, Any]]:
+    """Each configured MCP server: its kind, whether it is connected, its restarts."""
+    rows = []
+    for name in tools.hub.servers:
+        upstream = tools.hub.upstream(name)
+        if upstream is not None:
+            kind = "stdio" if upstream.settings.kind == "stdio" else "http"
+            rows.append(
+                {"name": name, "kind": kind, "connected": upstream.connected,
+                 "restarts": upstream.restarts}
+            )  # fmt: skip
+    return rows
 
 
 def _deployment(gateway: Gateway, name: str) -> dict[str, Any]:
