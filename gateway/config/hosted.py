@@ -18,6 +18,9 @@ class StandIn(BaseModel):
     server: str = Field(min_length=1, description="a server of mcp.servers")
     tool: str = Field(min_length=1, description="the tool of that server")
     argument: str = Field(default="query", min_length=1, description="its string argument")
+    max_length: int = Field(
+        default=512, ge=1, le=100_000, description="the argument's length at most"
+    )
     description: str = Field(
         default="Search the web; returns the results as text.",
         description="what the model is told the tool does",

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from gateway.admission.keys import KeyInfo
 from gateway.config.hosted import HostedSettings
+from gateway.config.mcp import HttpServer
+from gateway.config.schema import GatewayConfig
 from gateway.errors import InvalidRequestError
 from gateway.hosted.remote import RemoteServer
 from gateway.mcp.hub import ToolCaller, ToolGrant, ToolHub
@@ -30,12 +32,30 @@ class HostedContext:
         grant = key_grant(key)
         model_grant = self.model_grants.get(model)
         if model_grant is not None:
-            grant = narrowed(grant, model_grant)
+            grant = grant.narrowed(model_grant)
         return ToolCaller(key.id, grant, request_id)
 
     def stand_in_kinds(self) -> frozenset[str]:
-        """The provider tool types run through a configured MCP tool."""
-        return frozenset(self.settings.stand_ins) if self.hub is not None else frozenset()
+        """The provider tool types run through a configured MCP tool (of a server that is
+        configured)."""
+        servers = self.hub.servers if self.hub is not None else ()
+        stand_ins = self.settings.stand_ins.items()
+        return frozenset(kind for kind, spec in stand_ins if spec.server in servers)
+
+    @classmethod
+    def of(cls, config: GatewayConfig, hub: ToolHub | None) -> HostedContext:
+        """The context of ``config``, its servers served by ``hub``."""
+        urls = {
+            name: server.url
+            for name, server in config.mcp.servers.items()
+            if isinstance(server, HttpServer)
+        }
+        grants = {
+            model: ToolGrant.of_mapping(route.mcp_tools)
+            for model, route in config.models.items()
+            if route.mcp_tools is not None
+        }
+        return cls(config.hosted, hub, urls, grants)
 
     def configured(self, label: str | None, url: str | None) -> str | None:
         """The configured server a request names by its label or its URL, if any."""
@@ -64,20 +84,5 @@ def _same(a: str, b: str) -> bool:
 
 
 def key_grant(key: KeyInfo) -> ToolGrant:
-    """The MCP servers and tools ``key`` may use."""
-    return ToolGrant()
-
-
-def narrowed(grant: ToolGrant, other: ToolGrant) -> ToolGrant:
-    """What both grants allow."""
-    if other.servers is None:
-        return grant
-    if grant.servers is None:
-        return other
-    servers: dict[str, frozenset[str] | None] = {}
-    for server, tools in grant.servers.items():
-        if server in other.servers:
-            theirs = other.servers[server]
-            mine = tools if theirs is None else (theirs if tools is None else tools & theirs)
-            servers[server] = mine
-    return ToolGrant(servers)
+    """The MCP servers and tools ``key`` may use (its ``--mcp`` allow-list)."""
+    return ToolGrant.of(key.mcp)

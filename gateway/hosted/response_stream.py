@@ -158,14 +158,14 @@ class HostedResponseEvents(ResponseEvents):
         item: OutputItem
         if waits:
             item = McpApprovalRequestItem(
-                server_label=offered.label, name=offered.tool, arguments=""
+                server_label=offered.label, name=offered.name, arguments=""
             )
         else:
             item = McpCallItem(
                 id=call_id,
                 status="in_progress",
                 server_label=offered.label,
-                name=offered.tool,
+                name=offered.name,
                 arguments="",
             )
         self._output.append(item)

@@ -54,18 +54,22 @@ from gateway.protocol.validation import request_error
 DECLINED = "The user declined to run this tool."
 
 
-class _Filter(BaseModel):
+class ToolFilter(BaseModel):
+    """`allowed_tools` (and an approval filter) as an object: tool names, read-only."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
     tool_names: list[str] | None = None
     read_only: bool | None = None
 
 
-class _ApprovalFilter(BaseModel):
+class ApprovalFilter(BaseModel):
+    """`require_approval` as an object: the tools that always or never wait."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    always: _Filter | None = None
-    never: _Filter | None = None
+    always: ToolFilter | None = None
+    never: ToolFilter | None = None
 
 
 class McpToolParam(BaseModel):
@@ -77,8 +81,8 @@ class McpToolParam(BaseModel):
     server_label: str
     server_url: str | None = None
     server_description: str | None = None
-    allowed_tools: list[str] | _Filter | None = None
-    require_approval: Literal["always", "never"] | _ApprovalFilter | None = "always"
+    allowed_tools: list[str] | ToolFilter | None = None
+    require_approval: Literal["always", "never"] | ApprovalFilter | None = "always"
     headers: dict[str, str] | None = None
     authorization: str | None = None
 
@@ -167,18 +171,25 @@ def _stand_in(kind: str, where: str, context: HostedContext) -> StandInTool:
     assert context.hub is not None
     spec = context.settings.stand_ins[kind]
     return StandInTool(
-        kind, spec.server, spec.tool, spec.argument, spec.description, context.hub, where
+        kind,
+        spec.server,
+        spec.tool,
+        spec.argument,
+        spec.description,
+        spec.max_length,
+        context.hub,
+        where,
     )
 
 
-def _allowed(given: list[str] | _Filter | None) -> frozenset[str] | None:
+def _allowed(given: list[str] | ToolFilter | None) -> frozenset[str] | None:
     if given is None:
         return None
     names = given if isinstance(given, list) else given.tool_names
     return None if names is None else frozenset(names)
 
 
-def _approval(given: Literal["always", "never"] | _ApprovalFilter | None) -> Approval:
+def _approval(given: Literal["always", "never"] | ApprovalFilter | None) -> Approval:
     if given is None or isinstance(given, str):
         return Approval(given or "always")
     always = given.always.tool_names if given.always is not None else None
@@ -300,7 +311,7 @@ def call_item(
         id=call.id,
         status="failed" if outcome.failed else "completed",
         server_label=offered.label,
-        name=offered.tool,
+        name=offered.name,
         arguments=call.function.arguments,
         output=output,
         error=error,
@@ -376,7 +387,7 @@ async def _round(
         if needs_approval(tool):
             arguments = tool_call.function.arguments
             call.leading.append(
-                McpApprovalRequestItem(server_label=tool.label, name=tool.tool, arguments=arguments)
+                McpApprovalRequestItem(server_label=tool.label, name=tool.name, arguments=arguments)
             )
             ended = True
         elif toolset.calls >= toolset.max_calls:

@@ -73,6 +73,7 @@ class StandInTool:
     tool: str
     argument: str
     description: str
+    max_length: int
     hub: ToolHub
     where: str
 
@@ -80,7 +81,7 @@ class StandInTool:
     def function(self) -> dict[str, Any]:
         parameters = {
             "type": "object",
-            "properties": {self.argument: {"type": "string"}},
+            "properties": {self.argument: {"type": "string", "maxLength": self.max_length}},
             "required": [self.argument],
         }
         about = {"name": self.kind, "description": self.description, "parameters": parameters}
@@ -97,7 +98,16 @@ class Offered:
 
     @property
     def label(self) -> str:
-        return self.server.label if self.server is not None else self.tool
+        """The server's label as the items show it (a stand-in's configured server)."""
+        if self.stand_in is not None:
+            return self.stand_in.server
+        assert self.server is not None
+        return self.server.label
+
+    @property
+    def name(self) -> str:
+        """The tool's own name on its server."""
+        return self.stand_in.tool if self.stand_in is not None else self.tool
 
 
 @dataclass

@@ -79,6 +79,8 @@ def create_app(
         mcp = app.state.mcp = HubSlot(settings.config.mcp, tools)
         app.state.mcp_sessions = McpSessions(store, _session_secret(settings.config, services))
         gw.on_reload.append(lambda config: mcp.apply(config.mcp))
+        services.hosted = HostedContext.of(settings.config, mcp.hub)
+        gw.on_reload.append(lambda config: _rehost(services, config, mcp))
         await gw.start()
         watcher = None
         if settings.config_path is not None and settings.watch_config:
@@ -155,7 +157,6 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
         protect_ops=config.http.protect_ops,
         hosted_tools=config.responses.hosted_tools,
         hosted_by_model=_hosted_by_model(config),
-        hosted=HostedContext(settings=config.hosted),
     )
 
 
@@ -174,7 +175,6 @@ def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.responses.max_bytes = int(config.responses.max_bytes)
     services.hosted_tools = config.responses.hosted_tools
     services.hosted_by_model = _hosted_by_model(config)
-    services.hosted.settings = config.hosted
     services.send_timeout_s = config.http.send_timeout_s
     services.protect_ops = config.http.protect_ops
 
@@ -185,6 +185,11 @@ def _session_secret(config: GatewayConfig, services: Services) -> bytes | None:
     if config.mcp.session_secret is not None:
         return config.mcp.session_secret.get_secret_value().encode()
     return services.admission.keys.derived_secret("mcp-session")
+
+
+def _rehost(services: Services, config: GatewayConfig, mcp: HubSlot) -> None:
+    """The hosted tools of a reloaded config, on its (possibly new) hub."""
+    services.hosted = HostedContext.of(config, mcp.hub)
 
 
 def _deployment_limits(config: GatewayConfig) -> dict[str, RateLimit]:
