@@ -69,12 +69,14 @@ class HostedContext:
         operator allows request servers."""
         if not self.settings.request_servers:
             raise InvalidRequestError(
-                "This gateway runs only the MCP servers it is configured with; name one by "
-                "its server_label, or ask the operator to allow request servers.",
+                f"{where}: this gateway runs only the MCP servers it is configured with; "
+                "name one of them, or ask the operator to allow request servers.",
                 param=where,
             )
         if not url.startswith(("http://", "https://")):
-            raise InvalidRequestError("The MCP server's URL must be http(s).", param=where)
+            raise InvalidRequestError(
+                f"{where}: the MCP server's URL must be http(s).", param=where
+            )
         timeout = self.settings.request_server_timeout_s
         return RemoteServer(label, url, headers, timeout)
 

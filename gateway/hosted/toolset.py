@@ -216,13 +216,14 @@ class Toolset:
         for server in self.servers:
             if not grant.allows_server(server.server):
                 raise ToolNotAllowedError(
-                    f"This key may not use the MCP server '{server.label}'.",
+                    f"{server.where}: this key may not use the MCP server '{server.label}'.",
                     param=server.where,
                 )
         for stand_in in self.stand_ins:
             if not grant.allows(stand_in.server, stand_in.tool):
                 raise ToolNotAllowedError(
-                    f"This key may not use the tool '{stand_in.kind}'.", param=stand_in.where
+                    f"{stand_in.where}: this key may not use the tool '{stand_in.kind}'.",
+                    param=stand_in.where,
                 )
 
 

@@ -43,9 +43,7 @@ def _create(gateway: Server, key: str, **fields: Any) -> dict[str, Any]:
     return result
 
 
-def test_a_forced_call_runs_and_the_model_answers(
-    gateway: Server, keys: dict[str, str]
-) -> None:
+def test_a_forced_call_runs_and_the_model_answers(gateway: Server, keys: dict[str, str]) -> None:
     client = _client(gateway, keys["full"])
     response = client.responses.create(
         model="tiny",
@@ -152,7 +150,9 @@ def test_an_unknown_approval_is_refused_by_name(gateway: Server, keys: dict[str,
         f"{gateway.api}/responses",
         json={
             "model": "tiny",
-            "input": [{"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}],
+            "input": [
+                {"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}
+            ],
             "tools": [LOCAL],
         },
         headers={"Authorization": f"Bearer {keys['full']}"},
@@ -188,9 +188,15 @@ def test_a_key_without_the_server_is_refused_naming_the_tool(
 @pytest.mark.parametrize(
     ("tool", "param"),
     [
-        ({"type": "mcp", "server_label": "x", "server_url": "http://127.0.0.1:9/mcp"}, "tools[0].server_url"),
+        (
+            {"type": "mcp", "server_label": "x", "server_url": "http://127.0.0.1:9/mcp"},
+            "tools[0].server_url",
+        ),
         ({"type": "mcp", "server_label": "nowhere"}, "tools[0].server_label"),
-        ({"type": "mcp", "server_label": "local", "require_approval": "sometimes"}, "tools[0].require_approval"),
+        (
+            {"type": "mcp", "server_label": "local", "require_approval": "sometimes"},
+            "tools[0].require_approval",
+        ),
     ],
 )
 def test_servers_a_request_may_not_use_are_refused(
@@ -247,7 +253,12 @@ def test_file_search_without_a_stand_in_is_still_dropped(
 ) -> None:
     answer = httpx.post(
         f"{gateway.api}/responses",
-        json={"model": "tiny", "input": "hi", "max_output_tokens": 2, "tools": [{"type": "file_search"}]},
+        json={
+            "model": "tiny",
+            "input": "hi",
+            "max_output_tokens": 2,
+            "tools": [{"type": "file_search"}],
+        },
         headers={"Authorization": f"Bearer {keys['full']}"},
         timeout=60,
     )
