@@ -35,6 +35,18 @@ class HostedContext:
             grant = grant.narrowed(model_grant)
         return ToolCaller(key.id, grant, request_id)
 
+    @property
+    def runs_mcp(self) -> bool:
+        """Whether the gateway runs MCP tools at all (servers configured, or a request's
+        allowed): else a request's ``mcp`` tools meet the hosted-tool setting
+        (``responses.hosted_tools``) as other provider tools do."""
+        servers = self.hub.servers if self.hub is not None else ()
+        return bool(servers) or self.settings.request_servers
+
+    def served(self) -> frozenset[str]:
+        """The tool types of ``/v1/responses`` the gateway runs itself."""
+        return self.stand_in_kinds() | ({"mcp"} if self.runs_mcp else set())
+
     def stand_in_kinds(self) -> frozenset[str]:
         """The provider tool types run through a configured MCP tool (of a server that is
         configured)."""

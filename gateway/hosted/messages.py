@@ -67,7 +67,7 @@ async def prepare(
     """Resolve and list the request's hosted tools into ``call``: its ``hosted`` toolset,
     and its body as the translation reads it (the servers' tools as client tools)."""
     body = call.body
-    given = (body.model_extra or {}).get("mcp_servers")
+    given = (body.model_extra or {}).get("mcp_servers") if context.runs_mcp else None
     kinds = context.stand_in_kinds()
     toolset = Toolset(context.caller(key, body.model, request_id))
     toolset.max_calls = context.settings.max_tool_calls

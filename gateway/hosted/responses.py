@@ -118,7 +118,7 @@ async def prepare(
     bound = body.max_tool_calls or settings.max_tool_calls
     toolset.max_calls, toolset.max_result_chars = bound, settings.max_result_chars
     for i, tool in enumerate(body.tools or ()):
-        if tool.type == "mcp":
+        if tool.type == "mcp" and context.runs_mcp:
             toolset.servers.append(_server(tool, f"tools[{i}]", context))
         elif tool.type in context.stand_in_kinds():
             toolset.stand_ins.append(_stand_in(tool.type, f"tools[{i}]", context))

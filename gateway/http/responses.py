@@ -71,7 +71,7 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
         call.store, call.conversations = services.responses, services.conversations
         body = call.body
         hosted = services.hosted
-        served = frozenset({"mcp"}) | hosted.stand_in_kinds()  # the gateway runs these
+        served = hosted.served()  # the tool types the gateway runs itself
         call.tools = tool_map(body.tools, body.input, services.hosted_for(body.model), served)
         room = MAX_BODY_BYTES - call.body_bytes  # history and input together: one body's cap
         if body.previous_response_id and not call.resumed:

