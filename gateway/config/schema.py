@@ -267,6 +267,11 @@ class GatewayConfig(BaseModel):
             unknown = sorted(set(route.mcp_tools or ()) - set(self.mcp.servers))
             if unknown:
                 raise ValueError(f"model {model!r} names unknown MCP servers: {', '.join(unknown)}")
+        for kind, stand_in in self.hosted.stand_ins.items():
+            if stand_in.server not in self.mcp.servers:
+                raise ValueError(
+                    f"hosted.stand_ins.{kind} names the unknown MCP server {stand_in.server!r}"
+                )
         return self
 
     @functools.cached_property

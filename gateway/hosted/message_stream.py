@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from backends.base import Backend
 from gateway.hosted.loop import add_usage, continued
-from gateway.hosted.messages import result_block
+from gateway.hosted.messages import restart, result_block
 from gateway.hosted.toolset import Toolset
 from gateway.ingress.message_events import MessageEvents
 from gateway.ingress.messages import MessagesCall
@@ -44,6 +44,7 @@ class HostedMessageEvents(MessageEvents):
         super().__init__(backend.chat_stream(request), call.model)
         self.delivered = None  # a later round cannot be resumed from the first one's chunks
         self._call = call
+        restart(call)
         self._backend = backend
         self._request = request
         self._toolset: Toolset = call.hosted

@@ -152,6 +152,14 @@ def _offered(body: MessagesRequest, kept: list[ToolParam], toolset: Toolset) -> 
 # --- the loop -----------------------------------------------------------------------------
 
 
+def restart(call: MessagesCall) -> None:
+    """Begin a try on a deployment: what an earlier try added (before it failed and
+    another deployment was tried) is forgotten."""
+    call.leading, call.stopped = [], None
+    toolset: Toolset = call.hosted
+    toolset.calls = 0
+
+
 def use_block(call: ToolCall, toolset: Toolset) -> dict[str, Any]:
     """The ``mcp_tool_use`` block of a hosted call the model made."""
     offered = toolset.offered[call.function.name]
@@ -186,6 +194,7 @@ async def answer(
     """``backend``'s answer to ``request`` after the hosted loop; the gateway's blocks
     are in ``call.leading``, the usage is every model call's."""
     toolset: Toolset = call.hosted
+    restart(call)
     spent = None
     while True:
         answered = await backend.chat(request)

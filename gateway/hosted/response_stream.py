@@ -58,6 +58,7 @@ class HostedResponseEvents(ResponseEvents):
     def __init__(self, call: ResponsesCall, backend: Backend, on_done: OnDone) -> None:
         self._backend = backend
         self._run: ResponsesRun = call.hosted
+        self._run.start(call)
         self._request = call.chat_request()
         self._ready: list[OutputItem] = list(call.leading)
         super().__init__(call, self._first_round(), on_done)

@@ -11,7 +11,6 @@ calls) come before the model's last answer in ``output``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -100,10 +99,19 @@ class Waiting:
 
 @dataclass
 class ResponsesRun:
-    """The hosted tools of one Responses request, and the calls its input approved."""
+    """The hosted tools of one Responses request, the calls its input approved, and the
+    listing items it starts with."""
 
     toolset: Toolset
     waiting: list[Waiting] = field(default_factory=list)
+    listed: list[OutputItem] = field(default_factory=list)
+
+    def start(self, call: ResponsesCall) -> None:
+        """Begin a try on a deployment: what an earlier try added (before it failed and
+        another deployment was tried) is forgotten."""
+        call.leading = list(self.listed)
+        call.stopped = None
+        self.toolset.calls = 0
 
 
 async def prepare(
@@ -127,8 +135,8 @@ async def prepare(
     toolset.refuse_ungranted()
     _reuse_listings(toolset, [*call.earlier, *_given_items(body.input)])
     await toolset.list()
-    call.leading.extend(_listing(s) for s in toolset.servers if s.listed)
-    call.hosted = ResponsesRun(toolset, _waiting(body.input, call.earlier))
+    listed: list[OutputItem] = [_listing(s) for s in toolset.servers if s.listed]
+    call.hosted = ResponsesRun(toolset, _waiting(body.input, call.earlier), listed)
     for function in toolset.functions():
         name = function["function"]["name"]
         call.tools.chat.append(function)
@@ -351,6 +359,7 @@ async def answer(backend: Backend, call: ResponsesCall) -> ChatCompletion:
     """``backend``'s answer after the hosted loop: its last model call's, with the usage
     of every call; the gateway's items are in ``call.leading``."""
     run: ResponsesRun = call.hosted
+    run.start(call)
     toolset = run.toolset
     request = await run_waiting(run, call.chat_request(), call.leading)
     spent = None
@@ -397,7 +406,3 @@ async def _round(
             call.leading.append(call_item(tool, tool_call, outcome))
             results.append((tool_call, outcome.text(toolset.max_result_chars)))
     return results, ended
-
-
-def arguments_text(given: Mapping[str, Any]) -> str:
-    return json.dumps(given, separators=(",", ":"), ensure_ascii=False)
