@@ -38,7 +38,7 @@ def _request(tool: str) -> tuple[dict[str, Any], dict[str, str]]:
         "jsonrpc": "2.0",
         "id": 1,
         "method": "tools/call",
-        "params": {"name": tool, "arguments": {"text": "hello"}, "_meta": meta},
+        "params": {"name": tool, "arguments": {"a": 20, "b": 22}, "_meta": meta},
     }
     headers = {
         "accept": "application/json, text/event-stream",
@@ -98,12 +98,12 @@ def _run(calls: int, direct_url: str, gateway_url: str, pid: int) -> None:
     through: list[float] = []
     with httpx.Client(timeout=30) as to_server, httpx.Client(timeout=30) as to_gateway:
         for _ in range(20):  # warm up: connections, the gateway's upstream session, caches
-            _timed(to_server, direct_url, "echo")
-            _timed(to_gateway, gateway_url, "web__echo")
+            _timed(to_server, direct_url, "add")
+            _timed(to_gateway, gateway_url, "web__add")
         started = _cpu_s(pid)  # its idle work while the direct calls run counts too: small
         for _ in range(calls):
-            direct.append(_timed(to_server, direct_url, "echo"))
-            through.append(_timed(to_gateway, gateway_url, "web__echo"))
+            direct.append(_timed(to_server, direct_url, "add"))
+            through.append(_timed(to_gateway, gateway_url, "web__add"))
         cpu = _cpu_s(pid) - started
     print(f"{calls} tools/call each, alternating (ms)")
     print(f"{'':14}{'p50':>9}{'p95':>9}")

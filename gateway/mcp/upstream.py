@@ -52,6 +52,7 @@ class Upstream:
         self._failure: str | None = None
         self._tools: tuple[McpTool, ...] | None = None
         self._listed_at = 0.0
+        self._listing = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -248,6 +249,8 @@ def _describe(exc: BaseException) -> str:
         return "no answer to the handshake in time"
     if isinstance(exc, MCPError):
         return _clip(exc.error.message)
+    if isinstance(exc, OSError) and exc.strerror:  # e.g. the command does not exist
+        return f"{type(exc).__name__}: {_clip(exc.strerror)}"
     return type(exc).__name__
 
 

@@ -92,3 +92,22 @@ async def test_an_unreachable_redis_is_reported(capsys: pytest.CaptureFixture[st
 async def _main(argv: list[str]) -> int:
     """Run the CLI in a worker thread: it starts its own event loop."""
     return await asyncio.to_thread(main, argv)
+
+
+async def test_create_with_an_mcp_allow_list(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHUNTER_REDIS_URL", redis_server.url)
+    args = ["keys", "create", "--name", "agents", "--mcp", "docs", "--mcp", "files:read_file"]
+    assert await _main(args) == 0
+    secret = capsys.readouterr().out.strip()
+    store = RedisStateStore.from_url(redis_server.url, prefix="shunter")
+    try:
+        key = await KeyRing(store).identify(f"Bearer {secret}")
+    finally:
+        await store.aclose()
+    assert key.mcp == ("docs", "files:read_file")
+    assert await _main(["keys", "list"]) == 0
+    assert "mcp=docs,files:read_file" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        await _main(["keys", "create", "--name", "bad", "--mcp", "files:"])

@@ -3,9 +3,12 @@ named at their file, line and field."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gateway.config import ConfigError, parse_config
+from gateway.config.checks import check_config
 from gateway.config.mcp import HttpServer, StdioServer
 
 BASE = """\
@@ -91,4 +94,19 @@ def test_a_model_may_name_only_configured_servers() -> None:
     assert issues(text) == [
         "shunter.yaml:6: models.chat.mcp_tools.nope: no MCP server is named 'nope' "
         "(mcp.servers: docs)"
+    ]
+
+
+def test_check_config_notes_a_stdio_program_it_cannot_find(tmp_path: Path) -> None:
+    path = tmp_path / "shunter.yaml"
+    path.write_text(
+        BASE + "mcp:\n  servers:\n"
+        "    gone: {command: [no-such-program-here, --stdio]}\n"
+        "    here: {command: [python3, server.py]}\n"
+    )
+    found = check_config(path, serving=False, network=False)
+    assert found.issues == []
+    assert [n for n in found.notes if "mcp." in n] == [
+        f"{path}:8: mcp.servers.gone.command: 'no-such-program-here' is not found: "
+        "it will not start"
     ]

@@ -98,12 +98,12 @@ async def sdk_client(server: Server, key: str, mode: str) -> AsyncIterator[Clien
             yield client
 
 
-@pytest.mark.parametrize("mode", ["legacy", MODERN])
+@pytest.mark.parametrize("mode", ["legacy", MODERN, "auto"])
 async def test_the_sdk_client_lists_and_calls_tools(
     gateway: Server, keys: dict[str, str], mode: str
 ) -> None:
     async with sdk_client(gateway, keys["full"], mode) as client:
-        assert client.protocol_version == (LEGACY if mode == "legacy" else MODERN)
+        assert client.protocol_version == (LEGACY if mode == "legacy" else MODERN)  # auto: discover
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"local__echo", "local__pid", "web__add", "slowpoke__slow"} <= names
         assert "slowpoke__echo" not in names
@@ -189,7 +189,8 @@ def test_protocol_edges(gateway: Server, keys: dict[str, str]) -> None:
         gateway, _request("tools/list"), {**by_api_key, "mcp-method": "tools/list"}
     )
     assert missing_meta.status_code == 400 and missing_meta.json()["error"]["code"] == -32602
-    garbled = httpx.post(url, content=b"{", headers=_headers(keys["full"]), timeout=10)
+    as_json = {**_headers(keys["full"]), "content-type": "application/json"}
+    garbled = httpx.post(url, content=b"{", headers=as_json, timeout=10)
     assert garbled.status_code == 400 and garbled.json()["error"]["code"] == -32700
     page = {**_headers(keys["full"]), "origin": "https://evil.example"}
     assert _post(gateway, _request("initialize"), page).status_code == 403

@@ -36,28 +36,30 @@ def web() -> Iterator[HttpToolServer]:
         yield server
 
 
-@pytest.fixture
-async def hub(web: HttpToolServer, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[McpHub]:
-    monkeypatch.setenv("MCP_TEST_TOKEN", "upstream-secret")
-    monkeypatch.setenv("MCP_TEST_CLIENT_SECRET", "s3")
-    settings = McpSettings.model_validate(
-        {
-            "servers": {
-                "local": {"command": stdio_command(), "timeout_s": 20},
-                "web": {"url": web.url, "headers": {"X-Upstream-Token": "${MCP_TEST_TOKEN}"}},
-                "secure": {
-                    "url": web.url,
-                    "oauth": {
-                        "token_url": web.token_url,
-                        "client_id": "shunter",
-                        "client_secret": "${MCP_TEST_CLIENT_SECRET}",
+@pytest.fixture(scope="module")
+async def hub(web: HttpToolServer) -> AsyncIterator[McpHub]:
+    """One hub for the module: its servers start once (the restart test kills one)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MCP_TEST_TOKEN", "upstream-secret")
+        env.setenv("MCP_TEST_CLIENT_SECRET", "s3")
+        settings = McpSettings.model_validate(
+            {
+                "servers": {
+                    "local": {"command": stdio_command(), "timeout_s": 20},
+                    "web": {"url": web.url, "headers": {"X-Upstream-Token": "${MCP_TEST_TOKEN}"}},
+                    "secure": {
+                        "url": web.url,
+                        "oauth": {
+                            "token_url": web.token_url,
+                            "client_id": "shunter",
+                            "client_secret": "${MCP_TEST_CLIENT_SECRET}",
+                        },
                     },
-                },
-                "slowpoke": {"url": web.url, "timeout_s": 1, "tools": ["slow"]},
-                "gone": {"url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_s": 5},
+                    "slowpoke": {"url": web.url, "timeout_s": 1, "tools": ["slow"]},
+                    "gone": {"url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_s": 5},
+                }
             }
-        }
-    )
+        )
     hub = McpHub(settings, ToolAccounting(CollectorRegistry()))
     hub.start()
     yield hub
