@@ -25,7 +25,11 @@ def open_gateway(
     config = {
         "deployments": [{**deployment, "n_ctx": 4096, "threads": 1}],
         "models": {"tiny": {"candidates": ["tiny-local"]}},
-        "hosted": {"request_servers": True, "request_server_timeout_s": 10},
+        "hosted": {
+            "request_servers": True,
+            "request_server_timeout_s": 10,
+            "max_result_chars": 1500,  # what the model reads of a result: it fits its context
+        },
     }
     (folder / "shunter.yaml").write_text(json.dumps(config), encoding="utf-8")
     server = start_server(folder / "shunter.yaml", folder / "server.log")
