@@ -226,5 +226,11 @@ def tool_echo(tools: Iterable[FunctionTool]) -> list[dict[str, Any]]:
             keys = ("name", "description", "parameters", "strict")
             echoed.append({"type": "function", **{k: getattr(tool, k) for k in keys}})
         else:
-            echoed.append(tool.model_dump(mode="json", exclude_none=True))
+            shown = tool.model_dump(mode="json", exclude_none=True)
+            echoed.append({k: v for k, v in shown.items() if k not in _SECRET_FIELDS})
     return echoed
+
+
+_SECRET_FIELDS = frozenset({"authorization", "headers"})
+"""Fields of an ``mcp`` tool that carry the caller's credentials: never echoed (nor
+stored with the response)."""

@@ -64,6 +64,8 @@ def test_a_responses_request_server_gets_the_request_credentials(
     assert [item["type"] for item in output][:2] == ["mcp_list_tools", "mcp_call"]
     seen = output[1]["output"]  # the headers of the requests the MCP server received
     assert "Bearer their-token" in seen and '"x-their"' in seen
+    echoed = answer.json()["tools"][0]  # the credentials are not said back
+    assert "authorization" not in echoed and "headers" not in echoed
 
 
 def test_a_messages_request_server_gets_its_authorization_token(
