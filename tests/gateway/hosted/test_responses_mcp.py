@@ -284,3 +284,21 @@ def test_a_configured_server_may_be_named_by_its_url(
     call = response["output"][1]
     assert call["type"] == "mcp_call" and call["server_label"] == "mine"
     assert call["output"].isdigit()
+
+
+def test_a_client_function_call_ends_the_loop(gateway: Server, keys: dict[str, str]) -> None:
+    lookup = {
+        "type": "function",
+        "name": "lookup",
+        "description": "The client's own tool.",
+        "parameters": {"type": "object", "properties": {}},
+    }
+    response = _create(
+        gateway,
+        keys["full"],
+        tools=[LOCAL, lookup],
+        tool_choice={"type": "function", "name": "lookup"},
+    )
+    kinds = [item["type"] for item in response["output"]]
+    assert kinds == ["mcp_list_tools", "function_call"]
+    assert response["output"][1]["name"] == "lookup"
