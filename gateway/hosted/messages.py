@@ -173,18 +173,13 @@ def use_block(call: ToolCall, toolset: Toolset) -> dict[str, Any]:
 
 
 def result_block(call_id: str, outcome: Outcome, limit: int) -> dict[str, Any]:
-    """The ``mcp_tool_result`` block of a hosted call that ran (or could not)."""
-    text = outcome.text(limit)
-    if outcome.result is not None and not outcome.result.is_error:
-        content = [dict(b) for b in outcome.result.content if b.get("type") == "text"]
-        content = content or [{"type": "text", "text": text}]
-    else:
-        content = [{"type": "text", "text": text}]
+    """The ``mcp_tool_result`` block of a hosted call that ran (or could not): its text,
+    cut at ``limit`` characters as the model reads it."""
     return {
         "type": "mcp_tool_result",
         "tool_use_id": call_id,
         "is_error": outcome.failed,
-        "content": content,
+        "content": [{"type": "text", "text": outcome.text(limit)}],
     }
 
 

@@ -218,7 +218,7 @@ class HostedResponseEvents(ResponseEvents):
         for hosted in runnable:
             tool_call = hosted.tool_call()
             outcome = await toolset.call(hosted.name, tool_call.function.arguments)
-            item = call_item(hosted.offered, tool_call, outcome)
+            item = call_item(hosted.offered, tool_call, outcome, toolset.max_result_chars)
             item.id = hosted.item_id
             self._output[hosted.index] = item
             where = {"item_id": hosted.item_id, "output_index": hosted.index}

@@ -299,9 +299,10 @@ def _listing(server: HostedServer) -> McpListToolsItem:
 
 
 def call_item(
-    offered: Offered, call: ToolCall, outcome: Outcome, approval: str | None = None
+    offered: Offered, call: ToolCall, outcome: Outcome, limit: int, approval: str | None = None
 ) -> McpCallItem:
-    """The ``mcp_call`` item of a call that ran (or could not)."""
+    """The ``mcp_call`` item of a call that ran (or could not); its output cut at
+    ``limit`` characters, as the model reads it."""
     error: dict[str, Any] | None = None
     output: str | None = None
     if outcome.error is not None:
@@ -312,9 +313,9 @@ def call_item(
         }
     else:
         assert outcome.result is not None
-        output = outcome.result.text()
+        output = outcome.text(limit)
         if outcome.result.is_error:
-            error = {"type": "mcp_tool_execution_error", "content": list(outcome.result.content)}
+            error = {"type": "mcp_tool_execution_error", "content": [_text(output)]}
     return McpCallItem(
         id=call.id,
         status="failed" if outcome.failed else "completed",
@@ -325,6 +326,10 @@ def call_item(
         error=error,
         approval_request_id=approval,
     )
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
 
 
 def needs_approval(offered: Offered) -> bool:
@@ -348,7 +353,8 @@ async def run_waiting(
             results.append((call, DECLINED if tool is not None else f"There is no tool '{name}'."))
             continue
         outcome = await run.toolset.call(name, waiting.arguments)
-        item = call_item(tool, call, outcome, waiting.request_id)
+        limit = run.toolset.max_result_chars
+        item = call_item(tool, call, outcome, limit, waiting.request_id)
         item.id = f"mcp_{waiting.request_id.removeprefix('mcpr_')}"
         items.append(item)
         results.append((call, outcome.text(run.toolset.max_result_chars)))
@@ -403,6 +409,6 @@ async def _round(
             call.stopped, ended = "max_tool_calls", True
         else:
             outcome = await toolset.call(tool_call.function.name, tool_call.function.arguments)
-            call.leading.append(call_item(tool, tool_call, outcome))
+            call.leading.append(call_item(tool, tool_call, outcome, toolset.max_result_chars))
             results.append((tool_call, outcome.text(toolset.max_result_chars)))
     return results, ended

@@ -13,13 +13,18 @@ import httpx
 import pytest
 
 from tests.conftest import Server, start_server, stop_server
-from tests.fixtures.mcp_servers import HttpToolServer
+from tests.fixtures.mcp_servers import HttpToolServer, http_tool_server
+
+
+@pytest.fixture
+def theirs() -> Iterator[HttpToolServer]:
+    """A server of the test's own: what it saw is this test's requests only."""
+    with http_tool_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
-def open_gateway(
-    web: HttpToolServer, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
+def open_gateway(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("request-servers")
     deployment = {"name": "tiny-local", "backend": "llamacpp", "model": str(tiny_model)}
     config = {
@@ -28,7 +33,7 @@ def open_gateway(
         "hosted": {
             "request_servers": True,
             "request_server_timeout_s": 10,
-            "max_result_chars": 1500,  # what the model reads of a result: it fits its context
+            "max_result_chars": 4000,  # what the model reads of a result: it fits its context
         },
     }
     (folder / "shunter.yaml").write_text(json.dumps(config), encoding="utf-8")
@@ -38,12 +43,12 @@ def open_gateway(
 
 
 def test_a_responses_request_server_gets_the_request_credentials(
-    open_gateway: Server, web: HttpToolServer
+    open_gateway: Server, theirs: HttpToolServer
 ) -> None:
     tool: dict[str, Any] = {
         "type": "mcp",
         "server_label": "theirs",
-        "server_url": web.url,
+        "server_url": theirs.url,
         "authorization": "their-token",
         "headers": {"X-Their": "yes"},
         "require_approval": "never",
@@ -69,11 +74,11 @@ def test_a_responses_request_server_gets_the_request_credentials(
 
 
 def test_a_messages_request_server_gets_its_authorization_token(
-    open_gateway: Server, web: HttpToolServer
+    open_gateway: Server, theirs: HttpToolServer
 ) -> None:
     server = {
         "type": "url",
-        "url": web.url,
+        "url": theirs.url,
         "name": "theirs",
         "authorization_token": "anthropic-style-token",
         "tool_configuration": {"allowed_tools": ["seen_headers"]},
