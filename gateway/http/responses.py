@@ -216,6 +216,7 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
         *output_messages(response.output, call.tools),
     ]
     call.transcript = messages
+    call.produced = [item.model_dump(mode="json") for item in response.output]
     if call.conversation_id is not None and call.conversations is not None:
         added = [*new_items(body.input), *(i.model_dump(mode="json") for i in response.output)]
         await call.conversations.append(call.conversation_id, call.owner, added)

@@ -81,6 +81,7 @@ class _Socket:
         self._lane = ""  # the turn's stream_id, said again on each of its events
         self._last_id: str | None = None
         self._last_messages: list[dict[str, Any]] = []
+        self._last_output: list[dict[str, Any]] = []  # its output items (hosted listings)
 
     async def receive(self, text: str) -> None:
         """Answer one client message; a failure is an ``error`` message."""
@@ -128,12 +129,14 @@ class _Socket:
         previous = call.body.previous_response_id
         if previous is not None and previous == self._last_id:
             call.history, call.resumed = self._last_messages, True
+            call.earlier = self._last_output
         if generate is False:
             await self._prepare_only(call)
         else:
             await self._run(call, facts)
         if call.transcript is not None:
             self._last_id, self._last_messages = call.response_id, call.transcript
+            self._last_output = call.produced
 
     async def _run(self, call: ResponsesCall, facts: dict[str, Any]) -> None:
         gateway = taking_work(self.scope["app"].state.gateway)

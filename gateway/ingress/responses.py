@@ -84,6 +84,9 @@ class ResponsesCall:
     earlier: list[dict[str, Any]] = field(default_factory=list)
     """The output items of ``previous_response_id``'s response (hosted tools read their
     listings and approval requests there)."""
+    produced: list[dict[str, Any]] = field(default_factory=list)
+    """The output items of this response once it is finished (a WebSocket turn that
+    continues from it reads them as ``earlier``)."""
     leading: list[OutputItem] = field(default_factory=list)
     """Items the gateway added before the model's last answer (hosted tool calls)."""
     hosted: Any = None

@@ -302,3 +302,25 @@ def test_a_client_function_call_ends_the_loop(gateway: Server, keys: dict[str, s
     kinds = [item["type"] for item in response["output"]]
     assert kinds == ["mcp_list_tools", "function_call"]
     assert response["output"][1]["name"] == "lookup"
+
+
+def _turn(connection: Any, **create: Any) -> Any:
+    """The final response of one ``response.create`` on a WebSocket."""
+    connection.response.create(**create)
+    for event in connection:
+        if event.type in ("response.completed", "response.incomplete", "error"):
+            return event
+    raise AssertionError("the turn did not end")
+
+
+def test_a_websocket_turn_reuses_the_listing_without_the_store(
+    gateway: Server, keys: dict[str, str]
+) -> None:
+    turn = {"tools": [LOCAL], "tool_choice": PID_CHOICE, "store": False, "max_output_tokens": 8}
+    with _client(gateway, keys["full"]).responses.connect() as connection:
+        first = _turn(connection, model="tiny", input="pid?", **turn).response
+        later = _turn(
+            connection, model="tiny", input="again?", previous_response_id=first.id, **turn
+        ).response
+    assert [item.type for item in first.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert [item.type for item in later.output] == ["mcp_call", "message"]
