@@ -33,7 +33,7 @@ from gateway.hosted.toolset import (
 )
 from gateway.ingress.response_tools import ToolName
 from gateway.ingress.responses import ResponsesCall
-from gateway.mcp.hub import qualified_name
+from gateway.mcp.hub import ToolHub, qualified_name
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.chat import FunctionCall, ToolCall
 from gateway.protocol.responses import (
@@ -153,7 +153,7 @@ def _server(tool: FunctionTool, where: str, context: HostedContext) -> HostedSer
         raise error from None
     configured = context.configured(given.server_label, given.server_url)
     if configured is not None and context.hub is not None:
-        hub: Any = context.hub
+        hub: ToolHub = context.hub
     elif given.server_url is None:
         raise InvalidRequestError(
             f"No MCP server labelled '{given.server_label}' is configured on this gateway.",
