@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from backends.registry import DeploymentConfig
+from gateway.config.hosted import HostedSettings
 from gateway.config.mcp import McpSettings, McpToolGrant
 from policies.confidence import CascadeRule
 from policies.policy import Policy, PolicyField
@@ -279,6 +280,7 @@ class GatewayConfig(BaseModel):
     responses: ResponsesSettings = ResponsesSettings()
     mcp: McpSettings = McpSettings()
     sessions: SessionSettings = SessionSettings()
+    hosted: HostedSettings = HostedSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self, info: ValidationInfo) -> GatewayConfig:
@@ -296,6 +298,11 @@ class GatewayConfig(BaseModel):
             unknown = sorted(set(route.mcp_tools or ()) - set(self.mcp.servers))
             if unknown:
                 raise ValueError(f"model {model!r} names unknown MCP servers: {', '.join(unknown)}")
+        for kind, stand_in in self.hosted.stand_ins.items():
+            if stand_in.server not in self.mcp.servers:
+                raise ValueError(
+                    f"hosted.stand_ins.{kind} names the unknown MCP server {stand_in.server!r}"
+                )
         return self
 
     @functools.cached_property

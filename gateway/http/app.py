@@ -19,6 +19,7 @@ from gateway.admission.limits import RateLimit
 from gateway.config import CacheRule, GatewayConfig
 from gateway.dispatch import Gateway, ReplicaSync
 from gateway.errors import ContextLengthExceededError, GatewayError
+from gateway.hosted.context import HostedContext
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
 from gateway.http.intake import Services
@@ -78,6 +79,8 @@ def create_app(
         mcp = app.state.mcp = HubSlot(settings.config.mcp, tools)
         app.state.mcp_sessions = McpSessions(store, _session_secret(settings.config, services))
         gw.on_reload.append(lambda config: mcp.apply(config.mcp))
+        services.hosted = HostedContext.of(settings.config, mcp.hub)
+        gw.on_reload.append(lambda config: _rehost(services, config, mcp))
         await gw.start()
         watcher = None
         if settings.config_path is not None and settings.watch_config:
@@ -182,6 +185,11 @@ def _session_secret(config: GatewayConfig, services: Services) -> bytes | None:
     if config.mcp.session_secret is not None:
         return config.mcp.session_secret.get_secret_value().encode()
     return services.admission.keys.derived_secret("mcp-session")
+
+
+def _rehost(services: Services, config: GatewayConfig, mcp: HubSlot) -> None:
+    """The hosted tools of a reloaded config, on its (possibly new) hub."""
+    services.hosted = HostedContext.of(config, mcp.hub)
 
 
 def _deployment_limits(config: GatewayConfig) -> dict[str, RateLimit]:

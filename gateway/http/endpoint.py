@@ -75,6 +75,11 @@ class Endpoint(ABC, Generic[Req, Whole]):
     async def prepare(self, services: Services, key: KeyInfo, body: Req) -> None:
         """Complete the request once the caller is known (a stored conversation)."""
 
+    def cacheable(self, body: Req) -> bool:
+        """Whether the response cache may answer ``body`` (by default whenever its rules
+        say so)."""
+        return True
+
     @abstractmethod
     def request(self, body: Req) -> ChatCompletionRequest | CompletionRequest:
         """The chat (or completion) request that the cache keys and routing describe."""

@@ -18,6 +18,7 @@ from gateway.admission.keys import KeyInfo
 from gateway.admission.sessions import SESSION_HEADERS
 from gateway.dispatch import Gateway
 from gateway.errors import ServiceUnavailableError
+from gateway.hosted.context import HostedContext
 from gateway.http.asgi import JSONBody
 from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import HostedTools
@@ -39,7 +40,8 @@ class Services:
     ``responses``: the stored responses of ``/v1/responses``; ``conversations``: those of
     ``/v1/conversations``; ``hosted_tools``: what
     ``/v1/responses`` does with tools only OpenAI runs (``drop``: reported, ``refuse``), and
-    per model (``hosted_by_model``)."""
+    per model (``hosted_by_model``); ``hosted``: the tools the gateway runs itself (MCP
+    servers, stand-ins) and its bounds."""
 
     admission: Admission
     cache: ResponseCache
@@ -49,6 +51,7 @@ class Services:
     protect_ops: bool = False
     hosted_tools: HostedTools = "drop"
     hosted_by_model: dict[str, HostedTools] = field(default_factory=dict)
+    hosted: HostedContext = field(default_factory=HostedContext)
 
     def hosted_for(self, model: str) -> HostedTools:
         """What ``/v1/responses`` does with hosted tools for ``model``."""

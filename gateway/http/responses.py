@@ -26,21 +26,21 @@ from gateway.admission.keys import KeyInfo
 from gateway.admission.sessions import SessionHint, SessionId
 from gateway.dispatch import ServedStream
 from gateway.errors import ContextLengthExceededError, GatewayError
+from gateway.hosted import responses as hosted_tools
+from gateway.hosted.response_stream import HostedResponseEvents
 from gateway.http.asgi import JSONBody
 from gateway.http.endpoint import Endpoint
 from gateway.http.intake import MAX_BODY_BYTES, Services, json_response, parse_body
 from gateway.http.responses_socket import serve_socket
 from gateway.http.serving import handle
 from gateway.ingress.response_events import ResponseEvents
+from gateway.ingress.response_history import input_items, new_items, output_messages
 from gateway.ingress.response_tools import tool_map
 from gateway.ingress.responses import (
     ResponsesCall,
     completed,
     dump_messages,
-    input_items,
     input_messages,
-    new_items,
-    output_messages,
     refuse_unserved,
     to_chat,
 )
@@ -72,7 +72,9 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
         call.owner = key.id
         call.store, call.conversations = services.responses, services.conversations
         body = call.body
-        call.tools = tool_map(body.tools, body.input, services.hosted_for(body.model))
+        hosted = services.hosted
+        served = hosted.served()  # the tool types the gateway runs itself
+        call.tools = tool_map(body.tools, body.input, services.hosted_for(body.model), served)
         room = MAX_BODY_BYTES - call.body_bytes  # history and input together: one body's cap
         if body.previous_response_id and not call.resumed:
             record = await services.responses.load(
@@ -81,6 +83,7 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
             call.history = record["messages"]
             session = record.get("session")
             call.session = session if isinstance(session, dict) else None
+            call.earlier = record["response"].get("output") or []
         conversation = call.conversation_id
         if conversation is not None and body.previous_response_id is None:
             held = await services.conversations.load(
@@ -88,7 +91,11 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
             )
             items = [InputItem.model_validate(item) for item in held["items"]]
             call.history = dump_messages(input_messages(items, call.tools))
-        call.chat, call.turn = to_chat(body, call.history, call.tools)
+        chat_body = await hosted_tools.prepare(call, hosted, key, call.response_id)
+        call.chat, call.turn = to_chat(chat_body, call.history, call.tools)
+
+    def cacheable(self, call: ResponsesCall) -> bool:
+        return call.hosted is None  # a hosted loop's answer depends on its tools' results
 
     def session_hint(self, call: ResponsesCall) -> SessionHint | None:
         """``prompt_cache_key``, else the session of the response ``previous_response_id``
@@ -121,10 +128,15 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
         return responses_image(call.body)
 
     async def whole(self, backend: Backend, call: ResponsesCall) -> ChatCompletion:
+        if call.hosted is not None:
+            return await hosted_tools.answer(backend, call)
         return await backend.chat(call.chat_request())
 
     def stream(self, backend: Backend, call: ResponsesCall) -> ResponseEvents:
-        events = ResponseEvents(call, backend.chat_stream(call.chat_request()), _saver(call))
+        if call.hosted is not None:
+            events: ResponseEvents = HostedResponseEvents(call, backend, _saver(call))
+        else:
+            events = ResponseEvents(call, backend.chat_stream(call.chat_request()), _saver(call))
         call.streams[backend.name] = events
         return events
 
@@ -227,6 +239,7 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
         *output_messages(response.output, call.tools),
     ]
     call.transcript = messages
+    call.produced = [item.model_dump(mode="json") for item in response.output]
     if call.conversation_id is not None and call.conversations is not None:
         added = [*new_items(body.input), *(i.model_dump(mode="json") for i in response.output)]
         await call.conversations.append(call.conversation_id, call.owner, added)

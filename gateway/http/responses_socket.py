@@ -83,6 +83,7 @@ class _Socket:
         self._last_messages: list[dict[str, Any]] = []
         self._last_session: dict[str, str] | None = None
         self.session = session_header(scope)
+        self._last_output: list[dict[str, Any]] = []  # its output items (hosted listings)
 
     async def receive(self, text: str) -> None:
         """Answer one client message; a failure is an ``error`` message."""
@@ -131,6 +132,7 @@ class _Socket:
         if previous is not None and previous == self._last_id:
             call.history, call.resumed = self._last_messages, True
             call.session = self._last_session
+            call.earlier = self._last_output
         if generate is False:
             await self._prepare_only(call)
         else:
@@ -138,6 +140,7 @@ class _Socket:
         if call.transcript is not None:
             self._last_id, self._last_messages = call.response_id, call.transcript
             self._last_session = call.session
+            self._last_output = call.produced
 
     async def _run(self, call: ResponsesCall, facts: dict[str, Any]) -> None:
         gateway = taking_work(self.scope["app"].state.gateway)

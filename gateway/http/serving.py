@@ -167,7 +167,7 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
     """The answer from the cache, else from a deployment, whole or streamed."""
     routed = endpoint.request(body)
     cache = admitted.services.cache
-    cache_key = cache.key(routed, admitted.ticket.key.id)
+    cache_key = cache.key(routed, admitted.ticket.key.id) if endpoint.cacheable(body) else None
     if cache_key is not None:
         hit = await cache.get(cache_key, endpoint.cached)  # type: ignore[type-var]
         if hit is not None:

@@ -37,8 +37,10 @@ STOP_REASONS: dict[str, StopReason] = {
     "tool_calls": "tool_use",
     "function_call": "tool_use",
     "content_filter": "refusal",
+    "pause_turn": "pause_turn",
 }
-"""Chat's ``finish_reason`` → Messages' ``stop_reason``."""
+"""Chat's ``finish_reason`` → Messages' ``stop_reason`` (``pause_turn``: the gateway ended a
+turn of hosted tool calls at its bound)."""
 
 FINISH_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
