@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from backends.base import LiveStats
+from gateway.dispatch.health.sent import SentPrefixes
 from policies import LiveFigures
 
 ALPHA = 0.2  # EWMA weight of the newest sample: about the last ten requests matter
@@ -60,13 +61,19 @@ class DeploymentTracker:
     _departed: int = 0
     peers: list[dict[str, float | None]] = field(default_factory=list)
     """Other replicas' averages of this deployment (ewma_ttft_ms, ewma_itl_ms, ...)."""
+    sent: SentPrefixes = field(init=False, repr=False)
+    """Prefix links of requests sent here lately, held before the engine reports them."""
     _last: tuple[tuple[object, ...], LiveFigures] | None = field(default=None, repr=False)
     """The figures last built and what they were built from: routing asks for every
     candidate's figures per request, and most have not changed since."""
 
-    def begin(self, prompt_tokens: int) -> Attempt:
+    def __post_init__(self) -> None:
+        self.sent = SentPrefixes(self.clock)
+
+    def begin(self, prompt_tokens: int, chain: Sequence[tuple[str, int]] = ()) -> Attempt:
         self.in_flight += 1
         self.prefill_backlog_tokens += prompt_tokens
+        self.sent.record(chain, prompt_tokens)
         return Attempt(self, prompt_tokens, self.clock())
 
     def on_first_token(self, attempt: Attempt) -> None:
@@ -117,6 +124,7 @@ class DeploymentTracker:
 
     def figures(self, engine: LiveStats) -> LiveFigures:
         self._trim(self.clock())
+        self.sent.expire()
         inputs = (
             self.ewma_ttft_ms,
             self.ewma_itl_ms,
@@ -126,6 +134,7 @@ class DeploymentTracker:
             self.prefill_backlog_tokens,
             self._departed,
             self.peers,
+            self.sent.version,
             engine,
         )
         last = self._last
@@ -146,6 +155,8 @@ class DeploymentTracker:
             prefill_tokens_per_s=engine.prefill_tokens_per_s,
             decode_tokens_per_s=engine.decode_tokens_per_s,
             prefill_backlog_tokens=max(0, self.prefill_backlog_tokens),
+            queue_limit=engine.queue_limit,
+            held_prefixes=self.sent.over(engine.held_prefixes),
         )
         self._last = inputs, figures
         return figures
