@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -126,27 +127,39 @@ def test_follow_up_turns_stay_where_their_prefix_is_and_sessions_spread(
 
 
 def test_a_saturated_engine_is_left_for_the_other(tiny_model: Path, tmp_path: Path) -> None:
+    stop = threading.Event()
+    holders: list[threading.Thread] = []
     with fleet(tiny_model, tmp_path, parallel=1, queue=1) as (gateway, ports):
         messages = session("task: rename a function")
         home, _, answer = ask(gateway, messages)
-        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "go"}]
+        messages.append({"role": "assistant", "content": answer})
         other = "w2" if home == "w1" else "w1"
-        long = {"model": "w", "messages": session("count"), "max_tokens": 3000, "stream": True}
-        with ExitStack() as held:
-            for _ in range(2):  # its one sequence busy, its one queue place taken
-                stream = held.enter_context(
-                    httpx.stream(
-                        "POST",
-                        f"http://127.0.0.1:{ports[home]}/v1/chat/completions",
-                        json=long,
-                        timeout=60,
-                    )
-                )
-                assert stream.status_code == 200
-            wait_for(lambda: _full(gateway, home), 10)
-            deployment, route, _ = ask(gateway, messages)
-        assert deployment == other, route
-        assert f"cached_prefix: left {home} (holds ~" in route, route
+        # the conversation's own side work keeps its engine busy (and its prefix held)
+        side = [*messages, {"role": "user", "content": "count to a thousand"}]
+        long = {"model": "w", "messages": side, "max_tokens": 3000, "stream": True}
+        url = f"http://127.0.0.1:{ports[home]}/v1/chat/completions"
+        for _ in range(2):  # its one sequence busy, its one queue place taken
+            holders.append(threading.Thread(target=_hold, args=(url, long, stop), daemon=True))
+            holders[-1].start()
+        wait_for(lambda: _full(gateway, home), 20)
+        messages.append({"role": "user", "content": "go on"})
+        deployment, route, _ = ask(gateway, messages)
+        stop.set()
+    for holder in holders:  # the workers are gone: a stream still waiting has ended
+        holder.join(timeout=30)
+    assert deployment == other, route
+    assert f"cached_prefix: left {home} (holds ~" in route, route
+
+
+def _hold(url: str, body: dict[str, Any], stop: threading.Event) -> None:
+    """Keep a streamed request open until ``stop`` (or its worker is gone)."""
+    try:
+        with httpx.stream("POST", url, json=body, timeout=60) as stream:
+            for _ in stream.iter_lines():
+                if stop.is_set():
+                    return
+    except httpx.HTTPError:
+        return
 
 
 def _full(gateway: Server, name: str) -> bool:
