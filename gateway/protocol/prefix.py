@@ -38,26 +38,23 @@ def describe_prefix(request: ChatCompletionRequest) -> tuple[tuple[PrefixLink, .
     """The request's chain, and how many of its first links cover the tools and the first
     message: the start many conversations share (an agent's tools and system prompt)."""
     links: list[PrefixLink] = []
-    state = b""
-    chars = 0
-    pending = False
-    shared = 0
+    hasher = hashlib.blake2b(digest_size=8)
+    chars = shared = 0
+    last: PrefixLink | None = None
     for number, piece in enumerate(_pieces(request)):
         if number == (2 if request.tools else 1):
             shared = len(links)
         for start in range(0, max(len(piece), 1), BLOCK_CHARS):
             block = piece[start : start + BLOCK_CHARS]
-            state = hashlib.blake2b(
-                state + _SEP + block.encode("utf-8", "surrogatepass"), digest_size=8
-            ).digest()
+            hasher.update(_SEP + block.encode("utf-8", "surrogatepass"))
             chars += len(block)
             if len(links) < MAX_LINKS - 1:
-                links.append((state.hex(), chars))
-                pending = False
+                links.append((hasher.hexdigest(), chars))
+                last = None
             else:
-                pending = True
-    if pending:
-        links.append((state.hex(), chars))
+                last = hasher.hexdigest(), chars
+    if last is not None:
+        links.append(last)
     return tuple(links), shared or len(links)
 
 
