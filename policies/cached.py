@@ -16,8 +16,8 @@ faster by more than the margin (its queue grew: "sticky until saturated"). Put `
 before it, and a home predicted to miss the target loses the request at once (spill).
 
 A candidate without a predicted TTFT ranks as if it took 0 ms while it has a free slot (it
-gets traffic, and so gets measured), and after every measured one when it has a queue it
-cannot be seen to drain.
+gets traffic, and so gets measured; plus its busy share of a millisecond, so that a burst
+spreads), and after every measured one when it has a queue it cannot be seen to drain.
 """
 
 from __future__ import annotations
@@ -63,8 +63,19 @@ def _estimate(ctx: RouteContext, cand: Candidate) -> _Estimate:
         key = ttft
     else:
         wait = queue_wait_ms(ctx.request, cand)
-        key = UNMEASURED_QUEUE_MS if wait is None or wait > 0 else 0.0
+        key = UNMEASURED_QUEUE_MS if wait is None or wait > 0 else _busy_share(cand)
     return _Estimate(held_prefix(ctx.request, cand), ttft, key)
+
+
+def _busy_share(cand: Candidate) -> float:
+    """The share of an unmeasured candidate's capacity in use (0..1), as milliseconds: a
+    burst to unmeasured candidates spreads over them instead of filling the first."""
+    live = cand.live
+    capacity = live.slots_total or cand.facts.max_concurrency
+    if not capacity:
+        return 0.0
+    busy = max(live.in_flight, live.slots_busy or 0)
+    return min(busy / capacity, 1.0)
 
 
 def _home(ctx: RouteContext, cands: list[Candidate], ests: list[_Estimate]) -> int | None:

@@ -369,13 +369,14 @@ class Scheduler:
         """A free sequence for ``prompt`` (``seq`` if given) and how many prompt tokens its
         KV already holds.
 
-        llama.cpp computes only consecutive sequence ids in one pass when streams are
-        separate, so the free sequence that keeps the running ones contiguous wins. For a
-        conversation (``own``: the sequences holding its own part, past the start every
-        conversation shares), then one of its own, then the one whose KV loses the fewest
-        tokens: another conversation's KV stays for its next turn while an emptier sequence
-        serves. Then the longest cached prefix. When another sequence (running or idle)
-        holds a longer prefix of the prompt, its stream is copied over first.
+        A conversation (``own``: the sequences holding its own part, past the start every
+        conversation shares) goes to one of its own, else to the one whose KV loses the
+        fewest tokens: another conversation's KV stays for its next turn (losing it costs a
+        whole prefill) while an emptier sequence serves. Then, as llama.cpp computes only
+        consecutive sequence ids in one pass when streams are separate, the free sequence
+        that keeps the running ones contiguous; then the longest cached prefix. When another
+        sequence (running or idle) holds a longer prefix of the prompt, its stream is copied
+        over first.
         """
         import llama_cpp
 
@@ -385,8 +386,8 @@ class Scheduler:
         if seq is None:
             free = [s for s in self._seqs if s.task is None]
             seq = min(free, key=lambda s: (
-                _runs(busy | {s.id}),
                 0 if own is None else (s.id not in own, len(s.tokens) - common[s.id]),
+                _runs(busy | {s.id}),
                 -common[s.id],
                 s.id,
             ))  # fmt: skip

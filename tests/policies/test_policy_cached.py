@@ -96,13 +96,13 @@ def test_unmeasured_candidates_rank_by_free_slots(make: Make) -> None:
     """No figures yet: a free slot ranks as 0 ms (it gets measured), a queue with no rate
     to drain it after everyone measured."""
     stuck = make("stuck", slots_total=1, slots_busy=1, queue_depth=1)
-    new = make("new", slots_total=1, slots_busy=0)
+    new = make("new", slots_total=2, slots_busy=0)
     slow = make("slow", slots_total=4, slots_busy=0, prefill_tokens_per_s=10.0)
-    assert Policy.parse(["cached_prefix"]).route(REQ, [stuck, slow, new]).names == [
-        "new",
-        "slow",
-        "stuck",
-    ]
+    policy = Policy.parse(["cached_prefix"])
+    assert policy.route(REQ, [stuck, slow, new]).names == ["new", "slow", "stuck"]
+    # a burst to two unmeasured engines spreads: the one with a request in flight is second
+    started = make("started", slots_total=2, slots_busy=0, in_flight=1)
+    assert policy.route(REQ, [started, new]).names == ["new", "started"]
 
 
 def test_equal_prefixes_go_where_the_session_hashes_to(make: Make) -> None:

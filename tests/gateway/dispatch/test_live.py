@@ -76,3 +76,11 @@ def test_prefixes_sent_are_bounded() -> None:
         tracker.begin(100, tuple((f"r{i}-{j}", j + 1) for j in range(100)))
     held = tracker.figures(LiveStats()).held_prefixes
     assert len(held) == SENT_MAX and f"r{SENT_MAX // 100 + 9}-99" in held and "r0-0" not in held
+
+
+def test_a_new_deployments_departures_count_over_the_time_it_has_been_up() -> None:
+    """Five departures in the first five seconds are one a second, not one in six."""
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    serve(tracker, clock, 5, per_s=1)
+    assert tracker.figures(LiveStats()).departures_per_s == pytest.approx(1.0)
