@@ -12,8 +12,10 @@ only that start makes no home, so new conversations spread by predicted TTFT). B
 equal ones, and where none holds any, the request's session id picks the home by
 rendezvous hashing; with no session id, there is none. Candidates rank by predicted
 TTFT, the home's less ``margin_ms``: it keeps the request unless another is predicted
-faster by more than the margin (its queue grew: "sticky until saturated"). Put ``slo``
-before it, and a home predicted to miss the target loses the request at once (spill).
+faster by more than the margin (its queue grew: "sticky until saturated"). Engines (they
+report sequences) rank before APIs unless ``engines_first: false``. Put ``slo`` before it,
+and a home predicted to miss the target loses the request at once (spill) to an API that
+is predicted to meet it (or is not measured yet).
 
 A candidate without a predicted TTFT ranks as if it took 0 ms while it has a free slot (it
 gets traffic, and so gets measured; plus its busy share of a millisecond, so that a burst
@@ -36,14 +38,22 @@ from policies.steps import Entry, FastOutcome, RouteContext, Step, StepOutcome
 UNMEASURED_QUEUE_MS = 1e9
 """The key of a candidate with a queue and no rate to drain it: after every measured one."""
 
+NOT_AN_ENGINE_MS = 1e12
+"""Added to the key of a candidate that reports no sequences (an API), with
+``engines_first``: after every engine that is not refusing."""
+
 
 class CachedPrefixArgs(BaseModel):
-    """``cached_prefix: {margin_ms: 250}``: how much faster another candidate must be
-    predicted than the home before the request leaves it."""
+    """``cached_prefix: {margin_ms: 250, engines_first: true}``: how much faster another
+    candidate must be predicted than the home before the request leaves it; whether
+    engines (candidates that report their sequences: local and worker engines) rank
+    before the rest (APIs), which then take a request only where an earlier step (``slo``)
+    put them ahead."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     margin_ms: float = Field(default=250.0, ge=0)
+    engines_first: bool = True
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,9 @@ class CachedPrefix(Step):
     ) -> tuple[list[_Estimate], list[float], int | None, str | None]:
         ests = [_estimate(ctx, cand) for cand in cands]
         keys = [e.key for e in ests]
+        if self.args.engines_first:
+            keys = [k if c.live.slots_total is not None else k + NOT_AN_ENGINE_MS
+                    for k, c in zip(keys, cands, strict=True)]  # fmt: skip
         home = _home(ctx, cands, ests)
         remark = None
         if home is not None:
@@ -145,11 +158,15 @@ class CachedPrefix(Step):
     def note(self, ctx: RouteContext, cand: Candidate) -> StepNote:
         """A score note for a candidate that is not the home."""
         est = _estimate(ctx, cand)
-        return StepNote(self.name, "score", _detail(est, False), est.key)
+        key = est.key
+        if self.args.engines_first and cand.live.slots_total is None:
+            key += NOT_AN_ENGINE_MS
+        return StepNote(self.name, "score", _detail(est, False), key)
 
     def describe(self) -> str:
-        """The step with its margin."""
-        return f"{self.name}(margin_ms={self.args.margin_ms:g})"
+        """The step with its margin (and ``engines_first`` when off)."""
+        text = f"{self.name}(margin_ms={self.args.margin_ms:g}"
+        return text + (")" if self.args.engines_first else ",engines_first=False)")
 
 
 def _ms(value: float | None) -> str:

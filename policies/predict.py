@@ -102,8 +102,8 @@ def _own_service_ms(request: RequestFacts, cand: Candidate) -> float | None:
 def predict_ttft_ms(request: RequestFacts, cand: Candidate) -> float | None:
     """Predicted time to first token for this request on this candidate."""
     wait = queue_wait_ms(request, cand)
-    if wait is None:
-        return None
+    if wait is None or math.isinf(wait):
+        return wait  # no figures to drain a queue; or a full queue: never
     prefill = prefill_ms(request, cand)
     rate = cand.live.prefill_tokens_per_s
     if prefill is not None and rate:

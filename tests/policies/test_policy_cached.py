@@ -137,6 +137,22 @@ def test_slo_spills_from_the_home_engine_with_a_reason(make: Make) -> None:
     assert kept.names == ["local", "api"] and kept.remarks == ()
 
 
+def test_engines_come_before_apis_unless_an_earlier_step_put_an_api_ahead(make: Make) -> None:
+    engine = make("local", held_prefixes={"sys": 260}, **FAST)  # ttft 250 ms
+    api = make("api", backend="openai", ewma_ttft_ms=50.0)
+    new_session = replace(REQ, prefix_shared=1)  # no home: the faster comes first
+    policy = Policy.parse([{"slo": {"ttft_ms": 1500}}, "cached_prefix"])
+    assert policy.route(new_session, [api, engine]).names == ["local", "api"]
+    fastest = Policy.parse(
+        [{"slo": {"ttft_ms": 1500}}, {"cached_prefix": {"engines_first": False}}]
+    )
+    assert fastest.route(new_session, [api, engine]).names == ["api", "local"]
+    full = make("local", slots_total=1, slots_busy=1, queue_depth=2, queue_limit=2)
+    assert Policy.parse(["cached_prefix"]).route(REQ, [full, api]).names == ["api", "local"]
+
+
 def test_the_policy_names_its_steps() -> None:
     policy = Policy.parse([{"slo": {"ttft_ms": 1500}}, {"cached_prefix": {"margin_ms": 100}}])
     assert policy.describe() == "slo(ttft_ms=1500.0) > cached_prefix(margin_ms=100)"
+    off = Policy.parse([{"cached_prefix": {"engines_first": False}}])
+    assert off.describe() == "cached_prefix(margin_ms=250,engines_first=False)"
