@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -268,6 +268,11 @@ class LiveStats:
     stalled: bool | None = None
     """An in-process engine with work has made no progress for its stall timeout: it fails
     its requests and takes no new ones until it moves again. ``None``: not watched here."""
+    queue_limit: int | None = None
+    """The most requests it lets wait for a slot (it refuses more); ``None``: not known."""
+    held_prefixes: Mapping[str, int] = field(default_factory=dict, hash=False)
+    """Prefix links (``gateway.protocol.prefix``) whose KV its sequences hold, each with
+    its depth in tokens: a bounded set, refreshed as sequences are filled and trimmed."""
 
 
 class NotSupportedError(InvalidRequestError):

@@ -136,6 +136,7 @@ def _deployment(gateway: Gateway, name: str) -> dict[str, Any]:
         "prefill_tokens_per_s": _round(stats.prefill_tokens_per_s),
         "decode_tokens_per_s": _round(stats.decode_tokens_per_s),
         "prefix_hit_rate": _round(stats.prefix_hit_rate, 3),
+        "held_prefixes": len(stats.held_prefixes),
         "loaded": stats.loaded,
         "stalled": stats.stalled,
         "fallbacks": dict(breaker.fallbacks) if breaker is not None else {},
