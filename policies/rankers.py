@@ -141,7 +141,7 @@ class Weighted(RankStep):
 
 
 class Affinity(RankStep):
-    """Same prefix/session key → same deployment, by rendezvous hashing.
+    """Same session (else prefix key) → same deployment, by rendezvous hashing.
 
     Stable when candidates come and go: a key moves only if its deployment leaves (or a
     new one wins it). Requests without a key tie, leaving the order to later rankers.
@@ -157,8 +157,9 @@ class Affinity(RankStep):
         self.args = args or NoArgs()
 
     def score(self, ctx: RouteContext, cand: Candidate) -> Score:
-        """Negative rendezvous weight of (key, deployment)."""
-        key = ctx.request.prefix_key
+        """Negative rendezvous weight of (key, deployment): the session where it is known
+        (sessions that share a system prompt then spread), else the prefix key."""
+        key = ctx.request.session_id or ctx.request.prefix_key
         if not key:
             return Score(0.0, "no key")
         u = rendezvous_unit(key, cand.name)

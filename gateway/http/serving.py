@@ -172,7 +172,7 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
         hit = await cache.get(cache_key, endpoint.cached)  # type: ignore[type-var]
         if hit is not None:
             return await _cached(admitted, endpoint, body, hit)
-    routing_facts = describe_request(routed, admitted.request_id)
+    routing_facts = describe_request(routed, admitted.request_id, admitted.session_id)
     if routing_facts.has_images:
         _refuse_unread_images(admitted.gateway, body.model, endpoint.image_field(body))
     if body.stream:

@@ -106,6 +106,19 @@ def test_affinity_same_key_same_candidate(make: Make) -> None:
     assert keyless.ranked[0].notes[0].detail == "no key"
 
 
+def test_affinity_keys_on_the_session_before_the_prefix(make: Make) -> None:
+    """Sessions that share a system prompt (one prefix key) spread by their session."""
+    cands = [make(f"d{i}") for i in range(4)]
+    policy = Policy.parse(["affinity"])
+    picks = {
+        session: policy.route(RequestFacts(10, prefix_key="system", session_id=session), cands)
+        for session in (f"s{i}" for i in range(40))
+    }
+    assert len({decision.names[0] for decision in picks.values()}) == 4
+    again = policy.route(RequestFacts(10, prefix_key="other", session_id="s7"), cands)
+    assert again.names[0] == picks["s7"].names[0]
+
+
 def test_affinity_is_stable_when_candidates_come_and_go(make: Make) -> None:
     cands = [make(f"d{i}") for i in range(5)]
     policy = Policy.parse(["affinity"])
