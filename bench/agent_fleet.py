@@ -1,0 +1,168 @@
+"""The processes ``bench/agent_replay.py`` runs on loopback: ``shunter worker`` engines, the
+priced API (:mod:`bench.agent_api`) and ``shunter serve`` in front of them.
+
+Every process is started inside a context manager that terminates it (then kills it) on
+the way out, errors and Ctrl-C included; a ``SIGTERM`` to the bench is turned into
+``SystemExit`` by its ``main`` so that the same exits run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bench.agent_api import MODEL as API_MODEL
+from bench.agent_api import ApiProfile
+from bench.llamacpp_batching import free_port, server
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLIC_MODEL = "agent"
+ENGINE_MODEL = "bench"
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """The engines and the API behind the gateway."""
+
+    model: Path
+    workers: int = 2
+    parallel: int = 4
+    ctx: int = 6144
+    threads: int = 1
+    usd_per_hour: float = 0.15  # each local engine, billed for the run's wall time
+    api: ApiProfile = ApiProfile()
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Where the running processes listen."""
+
+    gateway: str
+    workers: dict[str, str]  # deployment name -> base URL
+    api: str
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+
+
+def worker_command(spec: FleetSpec, port: int) -> list[str]:
+    """``shunter worker`` serving the bench's GGUF (prefix cache on: the engine's default)."""
+    return [
+        *(sys.executable, "-m", "gateway.cli", "worker", "--model", str(spec.model)),
+        *("--name", ENGINE_MODEL, "--parallel", str(spec.parallel), "--ctx", str(spec.ctx)),
+        *("--threads", str(spec.threads), "--port", str(port), "--log-level", "warning"),
+    ]
+
+
+def api_command(profile: ApiProfile, port: int) -> list[str]:
+    """The priced API as its own process (its event loop apart from the client's)."""
+    args = [sys.executable, "-m", "bench.agent_api", "--port", str(port)]
+    for name, value in asdict(profile).items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
+
+
+def gateway_config(spec: FleetSpec, workers: dict[str, str], api: str, policy: Any) -> str:
+    """The YAML ``shunter serve`` reads: every engine and the API behind one model."""
+    deployments: list[dict[str, Any]] = [
+        {
+            "name": name, "backend": "openai", "base_url": f"{url}/v1", "model": ENGINE_MODEL,
+            "worker_stats": True, "context_length": spec.ctx,
+            "price": {"usd_per_hour": spec.usd_per_hour},
+        }
+        for name, url in workers.items()
+    ]  # fmt: skip
+    deployments.append(
+        {
+            "name": "api", "backend": "openai", "base_url": f"{api}/v1", "model": API_MODEL,
+            "context_length": 128_000,
+            "price": {"input_per_1m": spec.api.input_per_1m,
+                      "output_per_1m": spec.api.output_per_1m},
+        }
+    )  # fmt: skip
+    model = {"candidates": [*workers, "api"], "policy": policy, "fallback": True}
+    config = {"deployments": deployments, "models": {PUBLIC_MODEL: model}}
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def check_config(text: str, folder: Path) -> str | None:
+    """``shunter check-config --offline`` on ``text``: ``None`` when valid, else its report."""
+    path = folder / "check.yaml"
+    path.write_text(text)
+    command = [sys.executable, "-m", "gateway.cli", "check-config", "--offline", str(path)]
+    done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=120)
+    if done.returncode == 0:
+        return None
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return "; ".join(line for line in lines if line.startswith("error")) or "\n".join(lines[-3:])
+
+
+@contextmanager
+def engines(spec: FleetSpec, logs: Path) -> Iterator[tuple[dict[str, str], str]]:
+    """Start the workers and the API; yield their base URLs; stop them on the way out."""
+    with ExitStack() as stack:
+        workers: dict[str, str] = {}
+        for i in range(spec.workers):
+            port = free_port()
+            name = f"w{i}"
+            workers[name] = stack.enter_context(
+                server(name, worker_command(spec, port), port, logs, env=_env(), cwd=ROOT)
+            )
+        port = free_port()
+        api = stack.enter_context(
+            server("api", api_command(spec.api, port), port, logs, env=_env(), cwd=ROOT)
+        )
+        yield workers, api
+
+
+@contextmanager
+def gateway(config: str, logs: Path, label: str) -> Iterator[str]:
+    """``shunter serve`` on ``config``; yields its base URL."""
+    path = logs / f"{label}.yaml"
+    path.write_text(config)
+    port = free_port()
+    command = [
+        *(sys.executable, "-m", "gateway.cli", "serve", "--config", str(path)),
+        *("--port", str(port), "--log-level", "warning"),
+    ]
+    with server(f"gateway-{label}", command, port, logs, env=_env(), cwd=logs) as base:
+        yield base
+
+
+def worker_stats(workers: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each worker's live figures (``GET /v1/worker/stats``, its one deployment)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, url in workers.items():
+        body = httpx.get(f"{url}/v1/worker/stats", timeout=10).json()
+        (out[name],) = body["deployments"].values()
+    return out
+
+
+def api_served(api: str) -> dict[str, Any]:
+    """What the API served so far (its ``/stats``)."""
+    answer: dict[str, Any] = httpx.get(f"{api}/stats", timeout=10).json()
+    return answer
+
+
+def policy_steps(text: str, ttft_ms: float) -> dict[str, Any]:
+    """The policies file: ``name: [steps]``, ``$TTFT_MS`` replaced by the SLO target."""
+    loaded = yaml.safe_load(text.replace("$TTFT_MS", f"{ttft_ms:g}"))
+    if not isinstance(loaded, dict) or not all(isinstance(v, list) for v in loaded.values()):
+        raise ValueError("a policies file maps names to lists of policy steps")
+    return loaded
+
+
+def describe(policy: Sequence[Any]) -> str:
+    """A policy as one line of YAML flow style."""
+    return json.dumps(list(policy)).replace('"', "")
