@@ -77,9 +77,7 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, object], 
                 sent.error = f"stream_error: {json.dumps(event)[:200]}"
                 return
             choices = event.get("choices") or []
-            if sent.ttft_s is None and any(
-                (c.get("delta") or {}).get("content") for c in choices
-            ):
+            if sent.ttft_s is None and any((c.get("delta") or {}).get("content") for c in choices):
                 sent.ttft_s = time.perf_counter() - started
             _read_usage(event, sent)
     sent.error = "incomplete: no [DONE]"

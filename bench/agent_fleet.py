@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ class FleetSpec:
     ctx: int = 6144
     threads: int = 1
     usd_per_hour: float = 0.15  # each local engine, billed for the run's wall time
-    api: ApiProfile = ApiProfile()
+    api: ApiProfile = field(default_factory=ApiProfile)
 
 
 @dataclass(frozen=True)
@@ -97,15 +96,13 @@ def gateway_config(spec: FleetSpec, workers: dict[str, str], api: str, policy: A
 
 
 def check_config(text: str, folder: Path) -> str | None:
-    """``shunter check-config --offline`` on ``text``: ``None`` when valid, else its report."""
+    """What ``shunter check-config --offline`` finds in ``text``: ``None`` when valid."""
+    from gateway.config.checks import check_config as check
+
     path = folder / "check.yaml"
     path.write_text(text)
-    command = [sys.executable, "-m", "gateway.cli", "check-config", "--offline", str(path)]
-    done = subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=120)
-    if done.returncode == 0:
-        return None
-    lines = (done.stdout + done.stderr).strip().splitlines()
-    return "; ".join(line for line in lines if line.startswith("error")) or "\n".join(lines[-3:])
+    issues = check(path, serving=False, network=False).issues
+    return "; ".join(str(issue) for issue in issues) or None
 
 
 @contextmanager

@@ -211,7 +211,9 @@ def report(
     """The tables, the JSON record, the plot."""
     all_api = all_api_usd(found, spec.api)
     each = [summarize(r, args.ttft_slo_ms, spec.api, spec.usd_per_hour) for r in runs]
-    rows = [pooled([x for x in each if x["policy"] == n]) for n in dict.fromkeys(r.name for r in runs)]
+    rows = [
+        pooled([x for x in each if x["policy"] == n]) for n in dict.fromkeys(r.name for r in runs)
+    ]
     price = f"${spec.usd_per_hour:g}/hour each" if spec.usd_per_hour else "free"
     print(f"\nTTFT target {args.ttft_slo_ms:g} ms; local engines {price} for the run's wall "
           f"time; all-API cost of the workload ${all_api:.4f}; medians over {args.rounds} "

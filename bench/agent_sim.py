@@ -90,9 +90,13 @@ def _trace(run: PolicyRun, turns: dict[tuple[int, int], Turn], api: ApiProfile) 
     tpot = 1000.0 / api.tokens_per_s
     return [
         Arrival(
-            s.sent_s, s.prompt_estimate, s.max_tokens, s.in_burst,
-            1000 * api.ttft_s(list(turns[(s.session, s.turn)].messages)), tpot,
-        )  # fmt: skip
+            s.sent_s,
+            s.prompt_estimate,
+            s.max_tokens,
+            s.in_burst,
+            1000 * api.ttft_s(list(turns[(s.session, s.turn)].messages)),
+            tpot,
+        )
         for s in run.sent
     ]
 
@@ -135,6 +139,7 @@ def predict(
 def comparison(measured: Sequence[dict[str, Any]], predicted: Sequence[dict[str, Any]],
                all_api: float) -> str:  # fmt: skip
     """Predicted against measured, one row per policy (medians over rounds)."""
+
     def pc(v: float | None) -> str:
         return "-" if v is None else f"{100 * v:.0f}%"
 
@@ -144,8 +149,8 @@ def comparison(measured: Sequence[dict[str, Any]], predicted: Sequence[dict[str,
         ps = [p for p in predicted if p["policy"] == m["policy"]]
         if not ps:
             continue
-        p = {k: statistics.median(x[k] for x in ps if x[k] is not None)
-             for k in ("slo_met", "slo_met_in_bursts", "spilled", "usd", "all_api_usd")}  # fmt: skip
+        keys = ("slo_met", "slo_met_in_bursts", "spilled", "usd", "all_api_usd")
+        p = {k: statistics.median(x[k] for x in ps if x[k] is not None) for k in keys}
         lines.append(
             f"| {m['policy']} | {pc(m['slo_met'])} / {pc(p['slo_met'])} "
             f"| {pc(m['slo_met_in_bursts'])} / {pc(p['slo_met_in_bursts'])} "

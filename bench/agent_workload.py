@@ -110,7 +110,8 @@ def _session(shape: Shape, index: int, start_s: float, system: str) -> Session:
             tool = rng.choice(TOOLS)
             result = synth_text(rng, _between(rng, shape.tool_result_tokens))
             history.append({"role": "assistant", "content": answer})
-            user = f"[{tool} returned]\n{result}\n\n{synth_text(rng, _between(rng, shape.user_tokens))}"
+            asked = synth_text(rng, _between(rng, shape.user_tokens))
+            user = f"[{tool} returned]\n{result}\n\n{asked}"
         else:
             user = f"Task {index}: " + synth_text(rng, _between(rng, shape.user_tokens))
         history.append({"role": "user", "content": user})

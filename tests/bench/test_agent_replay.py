@@ -8,10 +8,12 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from bench.agent_api import ApiProfile, serve
 from bench.agent_replay import main
@@ -66,9 +68,10 @@ async def api() -> AsyncIterator[str]:
 
 async def test_the_api_streams_what_was_asked_and_bills_the_bench_count(api: str) -> None:
     client = openai.AsyncOpenAI(base_url=f"{api}/v1", api_key="sk-none")
-    messages = list(sessions(SHAPE)[0].turns[1].messages)
+    raw = list(sessions(SHAPE)[0].turns[1].messages)
+    messages = cast(list[ChatCompletionMessageParam], raw)
     stream = await client.chat.completions.create(
-        model="agent-api", messages=messages, max_tokens=7, stream=True,  # type: ignore[arg-type]
+        model="agent-api", messages=messages, max_tokens=7, stream=True,
         stream_options={"include_usage": True},
     )  # fmt: skip
     text, usage = "", None
@@ -78,8 +81,9 @@ async def test_the_api_streams_what_was_asked_and_bills_the_bench_count(api: str
     await client.close()
     assert text.split() == ["word"] * 7
     assert usage is not None
-    assert (usage.prompt_tokens, usage.completion_tokens) == (count_tokens(messages), 7)
-    served = httpx.get(f"{api}/stats").json()
+    assert (usage.prompt_tokens, usage.completion_tokens) == (count_tokens(raw), 7)
+    async with httpx.AsyncClient() as http:
+        served = (await http.get(f"{api}/stats")).json()
     assert (served["requests"], served["output_tokens"]) == (1, 7)
 
 
@@ -107,7 +111,7 @@ def test_a_tiny_replay_keeps_sessions_on_cache_and_skips_what_the_gateway_reject
     code = main([
         "--quick", "--model", str(tiny_model), "--sessions", "2", "--turns", "2-2",
         "--system-tokens", "120", "--policies", str(policies), "--out", str(out),
-        "--no-sim", "--limit-s", "60",
+        "--workers", "1", "--no-sim", "--limit-s", "60",
     ])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed
