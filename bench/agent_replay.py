@@ -3,7 +3,7 @@ multi-turn sessions fast, cached and cheap (bench/AGENT_REPLAY.md).
 
 Run from the repository root::
 
-    python -m bench.agent_replay            # the full run: 24 sessions, a few minutes a policy
+    python -m bench.agent_replay            # the full run: 16 sessions, a few minutes a policy
     python -m bench.agent_replay --quick    # 4 short sessions: under two minutes in all
 
 Generated agent sessions (:mod:`bench.agent_workload`: a shared system prompt with a tool
@@ -39,8 +39,8 @@ from bench.agent_sim import calibrate, comparison, predict
 from bench.agent_workload import Session, Shape, sessions
 
 POLICIES = Path(__file__).resolve().parent / "configs" / "agent_replay_policies.yaml"
-QUICK = Shape(sessions=4, turns=(3, 3), burst_size=4, burst_gap_s=10.0, system_tokens=300,
-              tool_result_tokens=(30, 60), answer_tokens=(8, 16))  # fmt: skip
+QUICK = Shape(sessions=4, turns=(3, 3), burst_size=4, burst_gap_s=10.0, system_tokens=200,
+              tool_result_tokens=(15, 30), answer_tokens=(6, 12))  # fmt: skip
 
 
 def _pair(text: str, kind: type) -> tuple[Any, Any]:
@@ -52,11 +52,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see ``--help``)."""
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--quick", action="store_true", help="4 sessions of 3 turns, short prompts")
-    p.add_argument("--sessions", type=int, help="concurrent agent sessions (default 24)")
+    p.add_argument("--sessions", type=int, help="concurrent agent sessions (default 16)")
     p.add_argument("--turns", help="turns per session, LOW-HIGH (default 8-12)")
     p.add_argument("--burst-size", type=int, help="sessions that start together (default 8)")
-    p.add_argument("--burst-gap-s", type=float, help="seconds between bursts (default 40)")
-    p.add_argument("--system-tokens", type=int, help="shared system prompt (default 1800)")
+    p.add_argument("--burst-gap-s", type=float, help="seconds between bursts (default 45)")
+    p.add_argument("--system-tokens", type=int, help="shared system prompt (default 400 words)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--model", default="tiny", help="tiny (default), bench, smollm2 or a GGUF path")
     p.add_argument("--workers", type=int, default=2, help="shunter worker engines (default 2)")
@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--policies", type=Path, default=POLICIES, help="YAML: name -> policy steps")
     p.add_argument("--only", help="comma-separated policy names to run")
     p.add_argument("--rounds", type=int, default=1, help="runs of every policy, order rotated")
-    p.add_argument("--ttft-slo-ms", type=float, default=2000.0, help="the TTFT target")
+    p.add_argument("--ttft-slo-ms", type=float, default=1500.0, help="the TTFT target")
     p.add_argument("--api-ttft-ms", type=float, default=450.0, help="the API's median TTFT")
     p.add_argument("--api-tokens-per-s", type=float, default=80.0)
     p.add_argument("--api-input-per-1m", type=float, default=0.15, help="USD")
@@ -215,6 +215,10 @@ def report(
         pooled([x for x in each if x["policy"] == n]) for n in dict.fromkeys(r.name for r in runs)
     ]
     price = f"${spec.usd_per_hour:g}/hour each" if spec.usd_per_hour else "free"
+    local = [s for r in runs for s in r.sent if s.ok and s.deployment.startswith("w")]
+    if local:
+        engine = sum(s.prompt_tokens or 0 for s in local) / sum(s.prompt_estimate for s in local)
+        print(f"\nthe engines count {engine:.2f} tokens per bench token (word) of prompt")
     print(f"\nTTFT target {args.ttft_slo_ms:g} ms; local engines {price} for the run's wall "
           f"time; all-API cost of the workload ${all_api:.4f}; medians over {args.rounds} "
           f"round(s)\n\n{table(rows, all_api)}\n", flush=True)  # fmt: skip

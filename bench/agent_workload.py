@@ -34,13 +34,13 @@ class Shape:
     sessions: int = 16
     turns: tuple[int, int] = (8, 12)
     burst_size: int = 8
-    burst_gap_s: float = 30.0
+    burst_gap_s: float = 45.0
     stagger_s: float = 1.5
     burst_window_s: float = 8.0
-    system_tokens: int = 700
-    tool_result_tokens: tuple[int, int] = (50, 110)
-    user_tokens: tuple[int, int] = (8, 20)
-    answer_tokens: tuple[int, int] = (8, 24)
+    system_tokens: int = 400
+    tool_result_tokens: tuple[int, int] = (25, 60)
+    user_tokens: tuple[int, int] = (6, 16)
+    answer_tokens: tuple[int, int] = (6, 16)
     think_s: tuple[float, float] = (0.3, 1.0)
     seed: int = 7
 
