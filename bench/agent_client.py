@@ -32,6 +32,7 @@ class Sent:
     prompt_estimate: int  # the bench's own count (what the API bills)
     max_tokens: int
     deployment: str = ""
+    route: str = ""  # the gateway's x-shunter-route reason
     ttft_s: float | None = None
     e2e_s: float = 0.0
     prompt_tokens: int | None = None
@@ -61,6 +62,7 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict[str, object], 
     started = time.perf_counter()
     async with client.stream("POST", url, json=body) as response:
         sent.deployment = response.headers.get("x-shunter-deployment", "")
+        sent.route = response.headers.get("x-shunter-route", "")[:300]
         if response.status_code != 200:
             text = (await response.aread()).decode(errors="replace")
             sent.error = f"http_{response.status_code}: {text[:200]}"
