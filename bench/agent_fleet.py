@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import yaml
 
 from bench.agent_api import MODEL as API_MODEL
 from bench.agent_api import ApiProfile
-from bench.llamacpp_batching import free_port, server
+from bench.llamacpp_batching import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_MODEL = "agent"
 ENGINE_MODEL = "bench"
+READY_S = 180.0  # a model loads, a gateway checks its upstreams
 
 
 @dataclass(frozen=True)
@@ -105,22 +108,62 @@ def check_config(text: str, folder: Path) -> str | None:
     return "; ".join(str(issue) for issue in issues) or None
 
 
+def _wait_ready(name: str, process: subprocess.Popen[bytes], base: str, logs: Path) -> None:
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited; see {logs / (name + '.log')}")
+        try:
+            if httpx.get(f"{base}/v1/models", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{name} not ready after {READY_S:g} s; see {logs / (name + '.log')}")
+
+
+@contextmanager
+def processes(
+    commands: dict[str, tuple[list[str], int]], logs: Path, cwd: Path
+) -> Iterator[dict[str, str]]:
+    """Start every command at once (name -> command and its port), wait until each answers
+    ``GET /v1/models``, yield their base URLs; terminate them all on the way out."""
+    started: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []
+    bases = {name: f"http://127.0.0.1:{port}" for name, (_, port) in commands.items()}
+    try:
+        for name, (command, _) in commands.items():
+            log = (logs / f"{name}.log").open("wb")
+            process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=cwd
+            )
+            started.append((process, log))
+        for (name, base), (process, _) in zip(bases.items(), started, strict=True):
+            _wait_ready(name, process, base, logs)
+        yield bases
+    finally:
+        for process, _ in started:
+            process.terminate()
+        for process, output in started:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            output.close()
+
+
 @contextmanager
 def engines(spec: FleetSpec, logs: Path) -> Iterator[tuple[dict[str, str], str]]:
     """Start the workers and the API; yield their base URLs; stop them on the way out."""
-    with ExitStack() as stack:
-        workers: dict[str, str] = {}
-        for i in range(spec.workers):
-            port = free_port()
-            name = f"w{i}"
-            workers[name] = stack.enter_context(
-                server(name, worker_command(spec, port), port, logs, env=_env(), cwd=ROOT)
-            )
+    commands = {}
+    for i in range(spec.workers):
         port = free_port()
-        api = stack.enter_context(
-            server("api", api_command(spec.api, port), port, logs, env=_env(), cwd=ROOT)
-        )
-        yield workers, api
+        commands[f"w{i}"] = (worker_command(spec, port), port)
+    port = free_port()
+    commands["api"] = (api_command(spec.api, port), port)
+    with processes(commands, logs, ROOT) as bases:
+        api = bases.pop("api")
+        yield bases, api
 
 
 @contextmanager
@@ -133,8 +176,8 @@ def gateway(config: str, logs: Path, label: str) -> Iterator[str]:
         *(sys.executable, "-m", "gateway.cli", "serve", "--config", str(path)),
         *("--port", str(port), "--log-level", "warning"),
     ]
-    with server(f"gateway-{label}", command, port, logs, env=_env(), cwd=logs) as base:
-        yield base
+    with processes({f"gateway-{label}": (command, port)}, logs, logs) as bases:
+        yield bases[f"gateway-{label}"]
 
 
 def worker_stats(workers: dict[str, str]) -> dict[str, dict[str, Any]]:
