@@ -3,7 +3,7 @@ multi-turn sessions fast, cached and cheap (bench/AGENT_REPLAY.md).
 
 Run from the repository root::
 
-    python -m bench.agent_replay            # the full run: 16 sessions, a few minutes a policy
+    python -m bench.agent_replay            # the full run: 16 sessions, 1-2 minutes a policy
     python -m bench.agent_replay --quick    # 4 short sessions: under two minutes in all
 
 Generated agent sessions (:mod:`bench.agent_workload`: a shared system prompt with a tool
@@ -145,7 +145,7 @@ def describe_workload(shape: Shape, found: list[Session]) -> str:
     return (
         f"workload: {len(found)} sessions, {len(turns)} requests, {shape.turns[0]}-"
         f"{shape.turns[1]} turns, bursts of {shape.burst_size} every {shape.burst_gap_s:g} s; "
-        f"prompts {min(prompts)}-{max(prompts)} tokens (mean {sum(prompts) / len(prompts):.0f}), "
+        f"prompts {min(prompts)}-{max(prompts)} bench tokens (mean {sum(prompts) / len(prompts):.0f}), "
         f"the shared system prompt {100 * shared:.0f}% of all prompt tokens; answers "
         f"{sum(t.max_tokens for t in turns)} tokens in all"
     )
