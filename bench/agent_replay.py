@@ -113,7 +113,7 @@ def runnable(policies: dict[str, Any], spec: fleet.FleetSpec, folder: Path) -> d
 
 
 def warm(workers: dict[str, str]) -> None:
-    """One short request to each engine, so that the first turn does not pay start-up."""
+    """One short request to each engine (before calibrating it)."""
     body = {"model": fleet.ENGINE_MODEL, "max_tokens": 2,
             "messages": [{"role": "user", "content": "warm up"}]}  # fmt: skip
     for url in workers.values():
@@ -126,7 +126,8 @@ def run_policy(
 ) -> PolicyRun:  # fmt: skip
     """One policy on fresh engines and a fresh gateway (cold caches, no carried figures)."""
     with fleet.engines(spec, logs) as (workers, api):
-        warm(workers)
+        # no warm-up request: its few tokens would be the engines' only measured prefill
+        # rate (a 10 s throughput) when the first turns are routed
         config = fleet.gateway_config(spec, workers, api, steps)
         with fleet.gateway(config, logs, f"{name}-{round_}") as base:
             time.sleep(1.5)  # the gateway's first poll of the workers' figures
@@ -145,7 +146,8 @@ def describe_workload(shape: Shape, found: list[Session]) -> str:
     return (
         f"workload: {len(found)} sessions, {len(turns)} requests, {shape.turns[0]}-"
         f"{shape.turns[1]} turns, bursts of {shape.burst_size} every {shape.burst_gap_s:g} s; "
-        f"prompts {min(prompts)}-{max(prompts)} bench tokens (mean {sum(prompts) / len(prompts):.0f}), "
+        f"prompts {min(prompts)}-{max(prompts)} bench tokens "
+        f"(mean {sum(prompts) / len(prompts):.0f}), "
         f"the shared system prompt {100 * shared:.0f}% of all prompt tokens; answers "
         f"{sum(t.max_tokens for t in turns)} tokens in all"
     )
