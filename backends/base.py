@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,7 +55,9 @@ from gateway.protocol.frames import FrameStream
 
 
 class Price(BaseModel):
-    """What a deployment costs, in dollars per million tokens."""
+    """What a deployment costs: dollars per million tokens, and per use of each server tool
+    the upstream runs itself (``server_tools: {web_search: 0.01}``: Anthropic's web search
+    at $10 per 1,000)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -64,13 +66,40 @@ class Price(BaseModel):
     usd_per_hour: float | None = Field(
         default=None, ge=0, description="for local engines: routing turns it into $/token"
     )
+    server_tools: dict[str, float] = Field(
+        default_factory=dict, description="dollars per use of each server tool, by name"
+    )
+    server_tool_reserve: int = Field(
+        default=10,
+        ge=0,
+        description="uses of a priced server tool a budget holds when the request sets no max_uses",
+    )
+
+    def server_tools_usd(self, uses: Mapping[str, int | None]) -> float:
+        """What ``uses`` of server tools cost (a ``None`` count: the reserve)."""
+        return sum(
+            usd * (self.server_tool_reserve if uses[name] is None else uses[name] or 0)
+            for name, usd in self.server_tools.items()
+            if name in uses
+        )
 
 
-def cost_usd(price: Price | None, prompt_tokens: int, completion_tokens: int) -> float:
+def cost_usd(
+    price: Price | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+    server_tool_uses: Mapping[str, int | None] | None = None,
+) -> float:
     """What a request cost at a deployment's price (0 when it has none)."""
     if price is None:
         return 0.0
-    return (prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m) / 1e6
+    tokens = prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m
+    return tokens / 1e6 + (price.server_tools_usd(server_tool_uses) if server_tool_uses else 0.0)
+
+
+def usage_cost(price: Price | None, usage: Usage) -> float:
+    """What an answer with ``usage`` cost at ``price``: its tokens and server tool uses."""
+    return cost_usd(price, usage.prompt_tokens, usage.completion_tokens, usage.server_tool_uses)
 
 
 CONTINUE_FINAL = {"continue_final_message": True, "add_generation_prompt": False}
@@ -239,6 +268,11 @@ class LiveStats:
     stalled: bool | None = None
     """An in-process engine with work has made no progress for its stall timeout: it fails
     its requests and takes no new ones until it moves again. ``None``: not watched here."""
+    queue_limit: int | None = None
+    """The most requests it lets wait for a slot (it refuses more); ``None``: not known."""
+    held_prefixes: Mapping[str, int] = field(default_factory=dict, hash=False)
+    """Prefix links (``gateway.protocol.prefix``) whose KV its sequences hold, each with
+    its depth in tokens: a bounded set, refreshed as sequences are filled and trimmed."""
 
 
 class NotSupportedError(InvalidRequestError):

@@ -10,6 +10,7 @@ seconds (on the caller's monotonic clock) for ``cooled_down_until`` and ``now``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -30,6 +31,14 @@ class RequestFacts:
     of the system prompt and leading messages); ``affinity`` sends equal keys to the same
     deployment. ``request_id`` seeds the deterministic draw of ``weighted``.
     ``expected_output_tokens`` overrides the guess used for cost and latency.
+
+    ``prefix_chain`` is the request's chain of prefix links, shortest first: each a hash
+    and the characters of canonical content it covers (``gateway.protocol.prefix``); an
+    engine that reports holding a link holds the KV of that much of the prompt. Its first
+    ``prefix_shared`` links cover what many conversations share (tools, system prompt):
+    holding only those makes no candidate a conversation's home.
+    ``session_id``, when known, names the conversation: between candidates that hold
+    equal prefixes, ``cached_prefix`` sends a session where it hashes to.
     """
 
     prompt_tokens: int
@@ -41,6 +50,9 @@ class RequestFacts:
     stream: bool = False
     request_id: str = ""
     expected_output_tokens: int | None = None
+    prefix_chain: tuple[tuple[str, int], ...] = ()
+    prefix_shared: int = 0
+    session_id: str | None = None
 
     @property
     def output_tokens(self) -> int:
@@ -125,7 +137,9 @@ class LiveFigures:
     yet (the gateway knows this itself): a new prompt waits for them. Queue wait comes
     from ``ewma_service_ms`` (how long a request holds a slot) and ``departures_per_s``
     (requests finished per second, recently). ``kv_used``/``kv_total`` are in any
-    consistent unit (tokens, blocks, bytes).
+    consistent unit (tokens, blocks, bytes). ``queue_limit`` is the most requests the
+    engine lets wait (it refuses more). ``held_prefixes`` maps the prefix links whose KV
+    the engine holds (or was just sent) to their depth in tokens.
     """
 
     ewma_ttft_ms: float | None = None
@@ -142,6 +156,8 @@ class LiveFigures:
     prefill_tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
     prefill_backlog_tokens: int = 0
+    queue_limit: int | None = None
+    held_prefixes: Mapping[str, int] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,15 @@ The model is deliberately simple, so that a routing decision can be explained in
   slots ÷ mean slot-hold time (steady state) and the measured recent departures per
   second (right after a burst fills every slot, few finish soon). A KV cache at or
   above :data:`KV_SATURATED` counts as "no free slot" (the engine would queue or preempt).
-* TTFT: max(queue wait, prefill backlog ÷ prefill rate) + prompt tokens ÷ prefill rate
-  + the candidate's fixed ``base_ttft_ms``: prompts already in slots are processed first,
-  and a queued request's wait usually outlasts them. When no prefill rate is known:
-  queue wait + the measured EWMA TTFT.
+  Slots busy and requests queued are the engine's figures, raised to what the gateway's
+  own requests there imply (an engine's report may be a poll old). A queue at the
+  engine's ``queue_limit`` waits forever: the engine would refuse the request.
+* TTFT: max(queue wait, prefill backlog ÷ prefill rate) + uncached prompt tokens ÷
+  prefill rate + the candidate's fixed ``base_ttft_ms``: prompts already in slots are
+  processed first, and a queued request's wait usually outlasts them. Uncached: the
+  prompt less the longest prefix the candidate holds in its KV cache
+  (:mod:`policies.prefix`). When no prefill rate is known: queue wait + the measured
+  EWMA TTFT.
 * TPOT: the larger of the measured EWMA inter-token latency and the share of the engine's
   aggregate decode rate one more stream would get, ``(busy + 1) / decode_tokens_per_s``.
 * cost: prompt x input price + expected output x output price. Local deployments priced
@@ -21,41 +26,59 @@ Every function returns ``None`` when the figures it needs are missing.
 
 from __future__ import annotations
 
+import math
+
 from policies.facts import Candidate, RequestFacts
+from policies.prefix import cached_tokens
 
 KV_SATURATED = 0.95
 """KV occupancy (used ÷ total) from which a deployment is treated as having no free slot."""
 
 
-def _free_slots(cand: Candidate) -> int | None:
+def _free_slots(cand: Candidate, queued: int) -> int | None:
     live = cand.live
     if live.slots_total is None or live.slots_busy is None:
         return None
     if live.kv_used is not None and live.kv_total and live.kv_used / live.kv_total >= KV_SATURATED:
         return 0
-    return max(live.slots_total - live.slots_busy, 0)
+    busy = max(live.slots_busy, live.in_flight - queued)
+    return max(live.slots_total - busy, 0)
+
+
+def _queued(cand: Candidate) -> int:
+    """Requests waiting at the engine: its report, or more where the requests the gateway
+    has there (``in_flight``) outnumber its slots."""
+    live = cand.live
+    if live.slots_total is None:
+        return live.queue_depth
+    return max(live.queue_depth, live.in_flight - live.slots_total)
 
 
 def prefill_ms(request: RequestFacts, cand: Candidate) -> float | None:
-    """Time to process the prompt at the measured prefill rate, without queueing."""
+    """Time to process the prompt's uncached tokens at the measured prefill rate, without
+    queueing."""
     rate = cand.live.prefill_tokens_per_s
     if not rate:
         return None
-    return 1000.0 * request.prompt_tokens / rate
+    return 1000.0 * (request.prompt_tokens - cached_tokens(request, cand)) / rate
 
 
 def queue_wait_ms(request: RequestFacts, cand: Candidate) -> float | None:
-    """Predicted wait for a slot; ``None`` if there is a queue but no rate to drain it."""
+    """Predicted wait for a slot; ``None`` if there is a queue but no rate to drain it;
+    ``inf`` when the engine's queue is full (it would refuse the request)."""
     live = cand.live
-    free = _free_slots(cand)
+    queued = _queued(cand)
+    free = _free_slots(cand, queued)
     if free is None:
-        if live.queue_depth == 0:
+        if queued == 0:
             return 0.0
-        ahead, capacity = live.queue_depth, cand.facts.max_concurrency or max(live.in_flight, 1)
+        ahead, capacity = queued, cand.facts.max_concurrency or max(live.in_flight, 1)
     else:
-        if live.queue_depth < free:
+        if queued < free:
             return 0.0
-        ahead, capacity = live.queue_depth - free + 1, max(live.slots_total or 1, 1)
+        if live.queue_limit is not None and queued >= live.queue_limit:
+            return math.inf
+        ahead, capacity = queued - free + 1, max(live.slots_total or 1, 1)
     service = live.ewma_service_ms
     if service is None:
         service = _own_service_ms(request, cand)
@@ -79,8 +102,8 @@ def _own_service_ms(request: RequestFacts, cand: Candidate) -> float | None:
 def predict_ttft_ms(request: RequestFacts, cand: Candidate) -> float | None:
     """Predicted time to first token for this request on this candidate."""
     wait = queue_wait_ms(request, cand)
-    if wait is None:
-        return None
+    if wait is None or math.isinf(wait):
+        return wait  # no figures to drain a queue; or a full queue: never
     prefill = prefill_ms(request, cand)
     rate = cand.live.prefill_tokens_per_s
     if prefill is not None and rate:

@@ -2,7 +2,7 @@
 
 Each gives a score, lower first (see :mod:`policies.steps` for how rankers compose).
 Candidates a ranker cannot score (no price, no figures) get ``inf`` and sort last for it.
-The ``slo`` ranker lives in :mod:`policies.slo`.
+The ``slo`` ranker lives in :mod:`policies.slo`, ``cached_prefix`` in :mod:`policies.cached`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from policies.cached import CachedPrefix
 from policies.filters import Capable, FitsMemory, Healthy, WithinBudget
 from policies.rankers import Affinity, Cheapest, Fastest, First, LeastLoaded, Weighted
 from policies.size import Largest, Size, Smallest
@@ -50,6 +51,7 @@ def builtin_primitives() -> dict[str, Primitive]:
         LeastLoaded,
         Weighted,
         Affinity,
+        CachedPrefix,
         Smallest,
         Largest,
         First,

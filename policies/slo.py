@@ -9,6 +9,12 @@ unknown tiers later rankers decide.
 ``mode: demote`` (default) keeps missers as fallbacks at the back. ``mode: drop`` removes
 them. Either way, if no candidate meets or is unknown, the least-bad comes first (with
 ``drop``, it alone is kept) and the decision says so.
+
+Predicted TTFT counts only the prompt tokens a candidate does not hold in its KV cache.
+When the candidate that would lead (the one holding the longest prefix of the request,
+else the first configured) is predicted to miss the TTFT target while another is not, the
+request *spills*: it goes to the next candidate at once instead of queueing, and the
+decision says ``spill: predicted ttft X ms > slo Y ms on <candidate>``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from policies.facts import Candidate
 from policies.outcome import StepNote
 from policies.predict import predict_tpot_ms, predict_ttft_ms
+from policies.prefix import cached_tokens
 from policies.steps import Entry, FastOutcome, RouteContext, Step, StepOutcome
 
 _MEETS, _UNKNOWN = 0.0, 1.0
@@ -72,6 +79,22 @@ def estimate(ctx: RouteContext, cand: Candidate, args: SloArgs) -> SloEstimate:
     return SloEstimate(ttft, tpot, max(ratios))
 
 
+def _spill(
+    ctx: RouteContext, cands: list[Candidate], ests: list[SloEstimate], args: SloArgs
+) -> str | None:
+    """The spill remark when the candidate that would lead misses the TTFT target (some
+    other candidate does not: the caller checked)."""
+    target = args.ttft_ms
+    if target is None or not cands:
+        return None
+    cached = [cached_tokens(ctx.request, cand) for cand in cands]
+    lead = max(range(len(cands)), key=lambda i: (cached[i], -i))
+    ttft = ests[lead].ttft_ms
+    if ttft is None or ttft <= target:
+        return None
+    return f"spill: predicted ttft {ttft:.0f} ms > slo {target:g} ms on {cands[lead].name}"
+
+
 def _detail(est: SloEstimate, args: SloArgs) -> str:
     parts = []
     if args.ttft_ms is not None:
@@ -104,25 +127,29 @@ class Slo(Step):
             scored.append((entry, est))
         hopeful = [e for e, est in scored if est.key <= _UNKNOWN]
         if hopeful:
+            cands, ests = [e.candidate for e in entries], [est for _, est in scored]
+            spill = _spill(ctx, cands, ests, self.args)
             if self.args.mode == "demote":
-                return StepOutcome(kept=entries)
+                return StepOutcome(kept=entries, remark=spill)
             missers = [e for e, est in scored if est.key > _UNKNOWN]
             for entry in missers:
                 entry.notes[-1] = StepNote(self.name, "drop", entry.notes[-1].detail)
-            return StepOutcome(kept=hopeful, dropped=missers)
+            return StepOutcome(kept=hopeful, dropped=missers, remark=spill)
         return self._none_meets(entries)
 
     def apply_fast(self, ctx: RouteContext, cands: list[Candidate]) -> FastOutcome:
         """:meth:`apply`'s tiers and survivors; the least-bad's note only when rescued."""
         args = self.args
-        keys = [estimate(ctx, cand, args).key for cand in cands]
+        ests = [estimate(ctx, cand, args) for cand in cands]
+        keys = [est.key for est in ests]
         everyone = list(range(len(cands)))
         if any(key <= _UNKNOWN for key in keys):
+            spill = _spill(ctx, cands, ests, args)
             if args.mode == "demote":
-                return FastOutcome(everyone, keys=keys)
+                return FastOutcome(everyone, keys=keys, remark=spill)
             kept = [i for i, key in enumerate(keys) if key <= _UNKNOWN]
             dropped = [i for i, key in enumerate(keys) if key > _UNKNOWN]
-            return FastOutcome(kept, dropped, keys=keys)
+            return FastOutcome(kept, dropped, keys=keys, remark=spill)
         best = min(everyone, key=lambda i: (keys[i], i))
         remark = f"slo: none predicted to meet, least-bad {cands[best].name}"
         if args.mode == "demote":

@@ -48,6 +48,8 @@ NOT_RUN = {
     "uvx --from cyclonedx-bom==7.5.0 cyclonedx-py requirements requirements.lock --of JSON "
     "-o shunter.cdx.json": "reads the checkout's requirements.lock",
     "python3 -m venv /tmp/vllm-cpu": "downloads about 3 GB",
+    'claude mcp add --transport http shunter http://localhost:8000/mcp --header "Authorization: '
+    'Bearer $SHUNTER_KEY"': "needs the Claude Code and Codex CLIs",
     "shunter pull hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf": (
         "downloads a model"
     ),
@@ -67,6 +69,8 @@ KEY_VARIABLES = {
     "OPENAI_API_KEY": "sk-test-openai",
     "ANTHROPIC_API_KEY": "sk-test-anthropic",
     "WORKER_KEY": "sk-test-worker",
+    "DOCS_MCP_TOKEN": "test-docs-token",
+    "MCP_CLIENT_SECRET": "test-client-secret",
 }
 EXPECTED_WORDS = {"What is the capital of France?": "Paris", "Name a city": "country"}
 """A python block containing the key must print the word."""

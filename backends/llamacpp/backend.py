@@ -66,6 +66,7 @@ from gateway.protocol import (
     new_id,
     now,
 )
+from gateway.protocol.prefix import describe_prefix
 
 
 def _seconds(value: Any) -> Any:
@@ -453,6 +454,7 @@ class LlamaCppBackend(Backend):
             tokens, request.output_limit(), request, request.stop_list(), grammar, param
         )
         job.top_logprobs = top_logprobs
+        job.prefix_chain, job.prefix_shared = describe_prefix(request)
         if plan.mode == "auto":
             job.visible_tokens = self._markers
         return job

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from backends.llamacpp.held import HeldChains
 from backends.llamacpp.sampling import (
     Event,
     Finished,
@@ -122,16 +123,19 @@ class _Seq:
 
 
 class _Rates:
-    """Prefill and decode tokens per second over the last ``RATE_WINDOW_S`` of wall time."""
+    """Prefill and decode speed over the steps of the last ``RATE_WINDOW_S``: tokens per
+    second of the decode time of the steps that did that work (a step that did both counts
+    for both), so that an engine that is mostly idle still reports how fast it works, as
+    llama.cpp's own ``prompt_tokens_seconds`` does."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._samples: deque[tuple[float, int, int]] = deque()
+        self._samples: deque[tuple[float, int, int, float]] = deque()
 
-    def add(self, prefill: int, decode: int) -> None:
+    def add(self, prefill: int, decode: int, seconds: float) -> None:
         now = time.monotonic()
         with self._lock:
-            self._samples.append((now, prefill, decode))
+            self._samples.append((now, prefill, decode, seconds))
             while self._samples and now - self._samples[0][0] > RATE_WINDOW_S:
                 self._samples.popleft()
 
@@ -139,12 +143,13 @@ class _Rates:
         now = time.monotonic()
         with self._lock:
             recent = [s for s in self._samples if now - s[0] <= RATE_WINDOW_S]
-        if not recent:
-            return None, None
-        return (
-            sum(s[1] for s in recent) / RATE_WINDOW_S,
-            sum(s[2] for s in recent) / RATE_WINDOW_S,
-        )
+        return _speed(recent, 1), _speed(recent, 2)
+
+
+def _speed(samples: list[tuple[float, int, int, float]], column: int) -> float | None:
+    tokens = sum(s[column] for s in samples)
+    seconds = sum(s[3] for s in samples if s[column])
+    return tokens / seconds if tokens and seconds > 0 else None
 
 
 class Scheduler:
@@ -169,6 +174,8 @@ class Scheduler:
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
         self._min_copy_gain = max(MIN_COPY_GAIN, self.n_ctx_seq // 256)
         self._seqs = [_Seq(i) for i in range(settings.parallel)]
+        self.held = HeldChains(settings.parallel)
+        """The prefix links each sequence's KV holds (see ``held.py``)."""
         self._waiting: deque[Ticket] = deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -347,21 +354,29 @@ class Scheduler:
     def _admit(self, ticket: Ticket, seq: _Seq | None) -> None:
         job = ticket.job
         check_prompt(job.prompt_tokens, self._model.n_vocab, self.n_ctx_seq)
-        seq, cached = self._place(job.prompt_tokens, seq)
+        own = self.held.owners(job.prefix_chain, job.prefix_shared) if job.prefix_chain else None
+        seq, cached = self._place(job.prompt_tokens, seq, own)
+        self.held.fill(seq.id, job.prefix_chain, len(job.prompt_tokens))
         self._order += 1
         seq.task = _Task(ticket, self._order, cached)
         self.busy += 1
         self.prompt_tokens_total += len(job.prompt_tokens)
         self.prefix_hit_tokens += cached
 
-    def _place(self, prompt: list[int], seq: _Seq | None = None) -> tuple[_Seq, int]:
+    def _place(
+        self, prompt: list[int], seq: _Seq | None = None, own: set[int] | None = None
+    ) -> tuple[_Seq, int]:
         """A free sequence for ``prompt`` (``seq`` if given) and how many prompt tokens its
         KV already holds.
 
-        llama.cpp computes only consecutive sequence ids in one pass when streams are
-        separate, so the free sequence that keeps the running ones contiguous wins; its own
-        cached prefix breaks ties. When another sequence (running or idle) holds a longer
-        prefix of the prompt, its stream is copied over first.
+        A conversation (``own``: the sequences holding its own part, past the start every
+        conversation shares) goes to one of its own, else to the one whose KV loses the
+        fewest tokens: another conversation's KV stays for its next turn (losing it costs a
+        whole prefill) while an emptier sequence serves. Then, as llama.cpp computes only
+        consecutive sequence ids in one pass when streams are separate, the free sequence
+        that keeps the running ones contiguous; then the longest cached prefix. When another
+        sequence (running or idle) holds a longer prefix of the prompt, its stream is copied
+        over first.
         """
         import llama_cpp
 
@@ -370,7 +385,12 @@ class Scheduler:
                   for s in self._seqs}  # fmt: skip
         if seq is None:
             free = [s for s in self._seqs if s.task is None]
-            seq = min(free, key=lambda s: (_runs(busy | {s.id}), -common[s.id], s.id))
+            seq = min(free, key=lambda s: (
+                0 if own is None else (s.id not in own, len(s.tokens) - common[s.id]),
+                _runs(busy | {s.id}),
+                -common[s.id],
+                s.id,
+            ))  # fmt: skip
         shared = common[seq.id]
         donor = max(self._seqs, key=lambda s: common[s.id])
         if donor is not seq and common[donor.id] >= shared + self._min_copy_gain:
@@ -378,6 +398,7 @@ class Scheduler:
             # writes anything; the tail past the shared prefix is dropped below
             llama_cpp.llama_memory_seq_cp(self._mem, donor.id, seq.id, -1, -1)
             seq.tokens = list(donor.tokens)
+            self.held.copy(donor.id, seq.id)
             shared = common[donor.id]
         keep = max(0, min(shared, len(prompt) - 1))  # the last prompt token gives the logits
         self._trim(seq, keep)
@@ -392,6 +413,7 @@ class Scheduler:
             llama_cpp.llama_memory_seq_rm(self._mem, seq.id, -1, -1)
             keep = 0
         del seq.tokens[keep:]
+        self.held.trim(seq.id, keep)
 
     def _drop_dead(self) -> None:
         """Cancelled jobs leave their sequences; so does a job with nothing to decode."""
@@ -442,6 +464,7 @@ class Scheduler:
         if n == 0:
             return
         self._batch.n_tokens = n
+        started = time.perf_counter()
         code = llama_cpp.llama_decode(self._ctx, self._batch)
         if code != 0:
             error = GatewayError(f"llama.cpp decode failed (code {code})")
@@ -449,7 +472,7 @@ class Scheduler:
                 self._fail(seq, error)
             return
         self.progress_at = time.monotonic()
-        self.rates.add(n - decoded, decoded)
+        self.rates.add(n - decoded, decoded, time.perf_counter() - started)
         for seq in outputs:
             self._sample(seq)
 

@@ -192,6 +192,8 @@ class LlamaEngine:
             prefix_hit_rate=scheduler.prefix_hit_tokens / total if total else None,
             prefix_hit_tokens=scheduler.prefix_hit_tokens,
             stalled=self.stalled,
+            queue_limit=self._max_queue,
+            held_prefixes=scheduler.held.report(),
         )
 
     async def run(self, job: GenerationJob) -> AsyncGenerator[Event, None]:

@@ -68,6 +68,9 @@ class GenerationJob:
     # the tokens sampled so far (appended by the engine's thread), kept for an answer that
     # stops short: a continuation elsewhere starts from them (see continued.py)
     generated: list[int] = field(default_factory=list)
+    # the request's prefix chain (gateway.protocol.prefix), reported as held once its KV is
+    prefix_chain: tuple[tuple[str, int], ...] = ()
+    prefix_shared: int = 0  # its first links that many conversations share
 
 
 @dataclass(frozen=True)

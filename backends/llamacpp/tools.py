@@ -221,6 +221,7 @@ def _hoist_defs(schema: dict[str, Any], prefix: str) -> tuple[dict[str, Any], di
 # lead byte 0xF5-0xFF, an encoded surrogate), which come out as several U+FFFD and break
 # maxLength. Overlong encodings still pass: they decode to ordinary code points.
 _STRING_CHAR = r'[^"\\\x00-\x1F\uD800-\uDFFF\U00110000-\U003FFFFF]'
+_FREE_END = ".{0,16}"
 _LOOSE_CHARS = {"char": r'[^"\\]', "dot": r"[^\x0A\x0D]"}
 
 
@@ -228,10 +229,33 @@ def _compile(schema: dict[str, Any], param: str) -> Any:
     from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
     try:
-        text = json_schema_to_gbnf(json.dumps(schema))
+        text = json_schema_to_gbnf(json.dumps(_anchored(schema)))
     except Exception as exc:  # the converter raises bare exceptions on what it cannot express
         raise InvalidRequestError(f"unsupported JSON schema: {exc}", param=param) from exc
     return LlamaGrammar.from_string(_strict_strings(text), verbose=False)
+
+
+def _anchored(node: Any) -> Any:
+    """``node`` with every ``pattern`` anchored at both ends, as the grammar converter needs.
+
+    A JSON Schema pattern matches anywhere in the string (``ab`` accepts ``xaby``); the
+    converter refuses a pattern without ``^`` and ``$``. ``ab`` becomes
+    ``^.{0,16}(ab).{0,16}$`` (``^ab``: ``^(ab).{0,16}$``): every string the grammar lets
+    the model write matches the pattern, and the free ends are short, so that a model
+    cannot wander off in them.
+    """
+    if isinstance(node, list):
+        return [_anchored(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _anchored(value) for key, value in node.items()}
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
+        head = "^" if pattern.startswith("^") else f"^{_FREE_END}"
+        tail = "$" if pattern.endswith("$") and not pattern.endswith("\\$") else f"{_FREE_END}$"
+        core = pattern[1 if head == "^" else 0 : len(pattern) - (1 if tail == "$" else 0)]
+        out["pattern"] = f"{head}({core}){tail}"
+    return out
 
 
 def _strict_strings(grammar: str) -> str:

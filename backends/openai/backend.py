@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -395,7 +395,25 @@ def _sum_stats(parts: list[LiveStats]) -> LiveStats:
         kv_total=total("kv_total"),
         prefill_tokens_per_s=total("prefill_tokens_per_s"),
         decode_tokens_per_s=total("decode_tokens_per_s"),
+        queue_limit=total("queue_limit"),
+        held_prefixes=_held(parts),
     )
+
+
+HELD_MAX = 8192
+"""Prefix links kept of a worker's report at most (a worker reports a few thousand)."""
+
+
+def _held(parts: list[LiveStats]) -> Mapping[str, int]:
+    """The prefix links any of a worker's deployments holds, each at its deepest."""
+    held: dict[str, int] = {}
+    for part in parts:
+        for link, depth in part.held_prefixes.items():
+            if len(held) >= HELD_MAX:
+                return held
+            if isinstance(depth, int) and depth > held.get(link, -1):
+                held[link] = depth
+    return held
 
 
 def _prompt_chars(request: ChatCompletionRequest | CompletionRequest) -> int:

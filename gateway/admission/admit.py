@@ -3,7 +3,8 @@
 ::
 
     key = await admission.authenticate(authorization)    # before the body is read
-    ticket = await admission.admit(RequestFacts.of_chat(body), key)
+    session = session_of(key.id, header=..., hint=..., chat=body)   # see sessions.py
+    ticket = await admission.admit(RequestFacts.of_chat(body), key, session)
     # per upstream attempt, inside dispatch (a refusal falls back to the next deployment):
     await admission.admit_deployment(ticket, backend.name)
     ...
@@ -19,6 +20,8 @@ does the same against the chosen deployment's limits. ``admit`` also holds the r
 worst case from the key's budget (the token estimate at the dearest price among the
 model's candidates; for a cascade, the dearest it may run, summed), atomically with the check,
 so that concurrent requests cannot all pass one check and overspend together.
+With a session, ``admit`` then applies the session's limits (the loop guard, its RPM/TPM,
+its budget and token cap, held the same way: :mod:`~gateway.admission.session_limits`).
 ``settle`` replaces the token estimate with the actual usage and the hold with the cost
 (from the deployment's price); ``release`` gives everything back.
 """
@@ -30,7 +33,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from backends.base import Price, cost_usd
+from backends.base import Price, cost_usd, usage_cost
 from gateway.admission.keys import KeyInfo, KeyRing, check_model
 from gateway.admission.limits import (
     Budgets,
@@ -41,6 +44,9 @@ from gateway.admission.limits import (
     RateLimit,
     ratelimit_headers,
 )
+from gateway.admission.loopguard import ToolRepeat, repeated_tool_call
+from gateway.admission.session_limits import SessionGuard, SessionTicket
+from gateway.admission.sessions import SessionId
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.protocol import (
     ChatCompletionRequest,
@@ -67,6 +73,11 @@ class RequestFacts:
     prompt_tokens: int
     max_output_tokens: int | None
     n: int = 1
+    tool_repeat: ToolRepeat | None = None
+    """The tool call the conversation ends repeating (what the loop guard reads)."""
+    server_tools: Mapping[str, int | None] = field(default_factory=dict)
+    """The upstream's own tools the request offers, with its ``max_uses`` of each
+    (``None``: not given; the deployment's reserve is held)."""
 
     @classmethod
     def of_chat(cls, body: ChatCompletionRequest, authorization: str | None = None) -> RequestFacts:
@@ -75,7 +86,8 @@ class RequestFacts:
         tools = sum(len(t.model_dump_json()) for t in body.tools or [])
         prompt = math.ceil((text + tools) / _CHARS_PER_TOKEN)
         prompt += _TOKENS_PER_MESSAGE * len(body.messages)
-        return cls(body.model, authorization, prompt, body.output_limit(), body.n or 1)
+        repeat = repeated_tool_call(body.messages)
+        return cls(body.model, authorization, prompt, body.output_limit(), body.n or 1, repeat)
 
     @classmethod
     def of_completion(
@@ -125,6 +137,12 @@ class AdmissionTicket:
     attempts: list[str] = field(default_factory=list)
     hold_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     held_usd: float = 0.0
+    session: SessionTicket | None = None
+
+    @property
+    def session_id(self) -> str | None:
+        """The id of the request's session (see :func:`~gateway.admission.sessions.session_of`)."""
+        return None if self.session is None else self.session.session.id
 
 
 class Admission:
@@ -140,6 +158,7 @@ class Admission:
         routes: Mapping[str, ModelRoute] | None = None,
         deployment_limits: Mapping[str, RateLimit] | None = None,
         default_output_reserve: int = 1024,
+        sessions: SessionGuard | None = None,
     ) -> None:
         self.keys = keys
         self.limiter = limiter
@@ -148,6 +167,7 @@ class Admission:
         self.routes = dict(routes or {})
         self.deployment_limits = dict(deployment_limits or {})
         self.default_output_reserve = default_output_reserve
+        self.sessions = sessions or SessionGuard(budgets.store, limiter)
 
     @classmethod
     def build(
@@ -160,13 +180,15 @@ class Admission:
     ) -> Admission:
         """Admission over ``store``: prices from ``config``'s deployments, the master key
         from ``SHUNTER_MASTER_KEY`` in ``environ`` (default: the process environment)."""
+        limiter = Limiter(store)
         return cls(
             KeyRing.from_env(store, environ),
-            Limiter(store),
+            limiter,
             Budgets(store),
             prices={d.name: d.price for d in config.deployments},
             routes=config.models,
             deployment_limits=deployment_limits,
+            sessions=SessionGuard(store, limiter, config.sessions),
         )
 
     def apply(
@@ -175,6 +197,7 @@ class Admission:
         """Take prices (and limits, when given) from a reloaded config."""
         self.prices = {d.name: d.price for d in config.deployments}
         self.routes = dict(config.models)
+        self.sessions.settings = config.sessions
         if deployment_limits is not None:
             self.deployment_limits = dict(deployment_limits)
 
@@ -182,9 +205,15 @@ class Admission:
         """Who is calling, from the ``Authorization`` header alone; or raise (401, 403, 503)."""
         return await self.keys.identify(authorization)
 
-    async def admit(self, facts: RequestFacts, key: KeyInfo | None = None) -> AdmissionTicket:
+    async def admit(
+        self,
+        facts: RequestFacts,
+        key: KeyInfo | None = None,
+        session: SessionId | None = None,
+    ) -> AdmissionTicket:
         """Check that ``key`` (authenticated from ``facts`` when not given) may use the
-        model, check the budget, take from the key's limits; or raise."""
+        model, check the budget, take from the key's limits, then from the limits of
+        ``session`` (see :mod:`~gateway.admission.session_limits`); or raise."""
         if key is None:
             key = await self.keys.identify(facts.authorization)
         check_model(key, facts.model)
@@ -194,25 +223,42 @@ class Admission:
         output *= facts.n
         ticket = AdmissionTicket(key, facts.model, facts.prompt_tokens + output)
         label = f"key '{key.name}'"
+        worst = self.worst_case_usd(facts.model, facts.prompt_tokens, output, facts.server_tools)
         if key.budget_usd is not None:
-            worst = self.worst_case_usd(facts.model, facts.prompt_tokens, output)
             await self._hold_budget(ticket, label, worst)
         limit = RateLimit(rpm=key.rpm, tpm=key.tpm)
         try:
             ticket.key_grant = await self.limiter.reserve(key.scope, label, limit, ticket.tokens)
+            if session is not None:
+                cost = (worst, ticket.tokens)
+                ticket.session = await self.sessions.admit(
+                    session, key, cost, ticket.hold_id, facts.tool_repeat
+                )
         except BaseException:
+            if ticket.key_grant is not None:
+                await self.limiter.release(ticket.key_grant)
             await self._charge(ticket, 0.0)
             raise
         return ticket
 
-    def worst_case_usd(self, model: str, prompt_tokens: int, output_tokens: int) -> float:
-        """The most a request to ``model`` can cost: at its dearest candidate's price; for
-        a cascade, at the dearest candidates' together, as many as it may run."""
+    def worst_case_usd(
+        self,
+        model: str,
+        prompt_tokens: int,
+        output_tokens: int,
+        server_tools: Mapping[str, int | None] | None = None,
+    ) -> float:
+        """The most a request to ``model`` can cost: at its dearest candidate's price (its
+        server tools used as often as the request allows); for a cascade, at the dearest
+        candidates' together, as many as it may run."""
         route = self.routes.get(model)
         if route is None:
             return 0.0
         costs = sorted(
-            (cost_usd(self.prices.get(d), prompt_tokens, output_tokens) for d in route.candidates),
+            (
+                cost_usd(self.prices.get(d), prompt_tokens, output_tokens, server_tools)
+                for d in route.candidates
+            ),
             reverse=True,
         )
         runs = 1 if route.cascade is None else 1 + route.cascade.max_escalations
@@ -268,10 +314,11 @@ class Admission:
                 await self.limiter.reconcile(grant, used)
         if usage is not None and ticket.deployment is not None:
             if cost is None:
-                price = self.prices.get(ticket.deployment)
-                cost = cost_usd(price, usage.prompt_tokens, usage.completion_tokens)
+                cost = usage_cost(self.prices.get(ticket.deployment), usage)
             ticket.cost_usd = cost
         await self._charge(ticket, ticket.cost_usd)
+        if ticket.session is not None:
+            await self.sessions.settle(ticket.session, ticket.hold_id, used, ticket.cost_usd)
         return ticket.cost_usd
 
     async def _charge(self, ticket: AdmissionTicket, usd: float) -> None:
@@ -291,6 +338,8 @@ class Admission:
             if grant is not None:
                 await self.limiter.release(grant)
         await self._charge(ticket, 0.0)
+        if ticket.session is not None:
+            await self.sessions.release(ticket.session, ticket.hold_id)
 
     def headers(self, ticket: AdmissionTicket) -> dict[str, str]:
         """``x-ratelimit-*`` for the response: the tightest of key and deployment limits."""

@@ -56,6 +56,30 @@ _NO_KEY = (
 )
 
 
+class KeySessionLimits(BaseModel):
+    """A key's own limits for each of its sessions; unset ones take the config's
+    (``sessions:``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget_usd: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+    loop_repeats: int | None = Field(default=None, ge=2)
+
+    def described(self) -> list[str]:
+        """``session_budget=$5.00``-style parts for listings, of the limits that are set."""
+        named = {
+            "session_budget": None if self.budget_usd is None else f"${self.budget_usd:.2f}",
+            "session_max_tokens": self.max_tokens,
+            "session_rpm": self.rpm,
+            "session_tpm": self.tpm,
+            "session_loop_repeats": self.loop_repeats,
+        }
+        return [f"{name}={value}" for name, value in named.items() if value is not None]
+
+
 class KeyRecord(BaseModel):
     """A stored virtual key: never the secret, only its SHA-256."""
 
@@ -68,10 +92,13 @@ class KeyRecord(BaseModel):
     expires_at: float | None = None
     revoked_at: float | None = None
     models: tuple[str, ...] | None = None
+    mcp: tuple[str, ...] | None = None
+    """MCP servers (``server``) and tools (``server:tool``) the key may use; None: all."""
     rpm: int | None = Field(default=None, ge=1)
     tpm: int | None = Field(default=None, ge=1)
     budget_usd: float | None = Field(default=None, ge=0)
     budget_window_s: int = Field(default=30 * 86400, ge=1)
+    session: KeySessionLimits | None = None
 
     def status(self, now: float) -> str:
         """``active``, ``expired`` or ``revoked`` at Unix time ``now``."""
@@ -94,6 +121,9 @@ class KeyInfo:
     tpm: int | None = None
     budget_usd: float | None = None
     budget_window_s: int = 30 * 86400
+    mcp: tuple[str, ...] | None = None
+    """MCP servers and ``server:tool`` entries the key may use; None: all."""
+    session: KeySessionLimits | None = None
 
     @property
     def scope(self) -> str:
@@ -111,6 +141,8 @@ class KeyInfo:
             tpm=record.tpm,
             budget_usd=record.budget_usd,
             budget_window_s=record.budget_window_s,
+            mcp=record.mcp,
+            session=record.session,
         )
 
 
@@ -178,6 +210,8 @@ class KeyRing:
         budget_usd: float | None = None,
         budget_window_s: int = 30 * 86400,
         expires_in_s: float | None = None,
+        mcp: tuple[str, ...] | None = None,
+        session: KeySessionLimits | None = None,
     ) -> tuple[str, KeyRecord]:
         """Create a key; return ``(secret, record)``. The secret is not stored anywhere."""
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
@@ -189,10 +223,12 @@ class KeyRing:
             created_at=now,
             expires_at=None if expires_in_s is None else now + expires_in_s,
             models=models,
+            mcp=mcp,
             rpm=rpm,
             tpm=tpm,
             budget_usd=budget_usd,
             budget_window_s=budget_window_s,
+            session=session,
         )
         await self.store.key_put(record.secret_hash, record.id, record.model_dump_json())
         self._missing.pop(record.secret_hash, None)

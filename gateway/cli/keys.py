@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
-from gateway.admission.keys import KeyRecord, KeyRing
+from gateway.admission.keys import KeyRecord, KeyRing, KeySessionLimits
 from gateway.common.durations import UNIT_SECONDS, split_duration
 from gateway.state import REDIS_URL_ENV, StateSettings, StateStore, StateUnavailable, open_store
 
@@ -58,7 +58,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     create.add_argument("--rpm", type=_positive, help="requests per minute")
     create.add_argument("--tpm", type=_positive, help="tokens per minute")
     create.add_argument("--models", type=_models, help="allowed models, comma-separated")
+    create.add_argument(
+        "--mcp",
+        action="append",
+        type=_mcp_entry,
+        metavar="SERVER[:TOOL]",
+        help="an MCP server (all its tools) or one tool of it the key may use; repeat for "
+        "more (default: every server)",
+    )
     create.add_argument("--expires", type=parse_duration, metavar="DUR", help="e.g. 30d")
+    create.add_argument(
+        "--session-budget-usd", type=_dollars, metavar="USD", help="spend limit per session"
+    )
+    create.add_argument("--session-max-tokens", type=_positive, help="tokens per session, in all")
+    create.add_argument("--session-rpm", type=_positive, help="requests per minute per session")
+    create.add_argument("--session-tpm", type=_positive, help="tokens per minute per session")
+    create.add_argument(
+        "--session-loop-repeats",
+        type=_at_least_two,
+        metavar="N",
+        help="refuse a session's request after N identical tool calls in a row",
+    )
     create.set_defaults(handler=_run(_create))
 
     listing = actions.add_parser("list", help="list keys (never their secrets)")
@@ -111,11 +131,13 @@ async def _create(ring: KeyRing, _: StateStore, args: argparse.Namespace) -> int
     secret, record = await ring.create(
         args.name,
         models=args.models,
+        mcp=tuple(args.mcp) if args.mcp else None,
         rpm=args.rpm,
         tpm=args.tpm,
         budget_usd=args.budget,
         budget_window_s=args.budget_window,
         expires_in_s=args.expires,
+        session=_session_limits(args),
     )
     print(f"created {record.id} ({_describe(record)})", file=sys.stderr)
     print("the secret below is shown only now; store it somewhere safe:", file=sys.stderr)
@@ -153,6 +175,8 @@ def _describe(record: KeyRecord, spent: float | None = None) -> str:
     parts = [f"name={record.name}"]
     if record.models is not None:
         parts.append(f"models={','.join(record.models)}")
+    if record.mcp is not None:
+        parts.append(f"mcp={','.join(record.mcp)}")
     if record.rpm is not None:
         parts.append(f"rpm={record.rpm}")
     if record.tpm is not None:
@@ -160,6 +184,8 @@ def _describe(record: KeyRecord, spent: float | None = None) -> str:
     if record.budget_usd is not None:
         used = "" if spent is None else f"{spent:.4f}/"
         parts.append(f"budget=${used}{record.budget_usd:.2f} per {record.budget_window_s}s")
+    if record.session is not None:
+        parts.extend(record.session.described())
     if record.expires_at is not None:
         parts.append(f"expires={datetime.fromtimestamp(record.expires_at, UTC):%Y-%m-%dT%H:%MZ}")
     return " ".join(parts)
@@ -184,8 +210,40 @@ def _positive(text: str) -> int:
     return value
 
 
+def _dollars(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def _at_least_two(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError("must be at least 2")
+    return value
+
+
+def _session_limits(args: argparse.Namespace) -> KeySessionLimits | None:
+    limits = KeySessionLimits(
+        budget_usd=args.session_budget_usd,
+        max_tokens=args.session_max_tokens,
+        rpm=args.session_rpm,
+        tpm=args.session_tpm,
+        loop_repeats=args.session_loop_repeats,
+    )
+    return limits if limits.described() else None
+
+
 def _models(text: str) -> tuple[str, ...]:
     models = tuple(m.strip() for m in text.split(",") if m.strip())
     if not models:
         raise argparse.ArgumentTypeError("name at least one model")
     return models
+
+
+def _mcp_entry(text: str) -> str:
+    server, colon, tool = text.strip().partition(":")
+    if not server or (colon and not tool) or ":" in tool:
+        raise argparse.ArgumentTypeError("write SERVER or SERVER:TOOL")
+    return f"{server}:{tool}" if colon else server

@@ -145,7 +145,7 @@ def _live_stats(url: str, gateway: Gateway) -> dict[str, LiveStats]:
         body: Any = httpx.get(f"{url.rstrip('/')}/health/readiness", headers=headers).json()
     except (httpx.HTTPError, ValueError) as exc:
         raise OSError(str(exc) or type(exc).__name__) from None
-    fields = {f.name for f in dataclasses.fields(LiveStats)}
+    fields = {f.name for f in dataclasses.fields(LiveStats)} - {"held_prefixes"}  # counted
     deployments = body.get("deployments") if isinstance(body, dict) else None
     gateway.adopt(deployments or {})
     return {

@@ -25,6 +25,7 @@ from gateway.config.schema import (
     LocalModelsSettings,
     ModelRoute,
     ReliabilitySettings,
+    SessionSettings,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "LocalModelsSettings",
     "ModelRoute",
     "ReliabilitySettings",
+    "SessionSettings",
     "default_config",
     "load_config",
     "load_or_report",

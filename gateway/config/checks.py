@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from backends.llamacpp import LlamaCppSettings
 from backends.registry import DeploymentConfig
 from gateway.config.loading import ConfigError, ConfigIssue, LoadedConfig, read_config
+from gateway.config.mcp import StdioServer
 from gateway.config.sizing import cascade_issues, size_notes
 from gateway.models.store import GGUF_MAGIC, ModelCache, UnknownModelError, model_cache_dir
 from gateway.planner import Device, discover_devices, shape_from_gguf
@@ -83,9 +85,29 @@ def check_machine(
             )
             found.notes.append(str(where))
     found.notes += size_notes(loaded)
+    found.notes += _mcp_notes(loaded)
     found.issues += cascade_issues(loaded)
     found.issues.sort(key=lambda issue: issue.line or 0)
     return found
+
+
+def _mcp_notes(loaded: LoadedConfig) -> list[str]:
+    """Stdio MCP servers whose program is not found: the gateway serves without them (their
+    calls fail, a listing names them), so a note rather than a problem."""
+    notes = []
+    for name, server in loaded.config.mcp.servers.items():
+        if not isinstance(server, StdioServer):
+            continue
+        program = server.command[0]
+        if os.sep in program:
+            base = Path(server.cwd or ".") / program
+            found = base.is_file() and os.access(base, os.X_OK)
+        else:
+            found = shutil.which(program) is not None
+        if not found:
+            where = ("mcp", "servers", name, "command")
+            notes.append(str(loaded.issue(where, f"{program!r} is not found: it will not start")))
+    return notes
 
 
 def _deployment_problems(

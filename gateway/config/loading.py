@@ -159,7 +159,7 @@ def _located(
 def _schema_problems(exc: ValidationError) -> list[tuple[Location, str]]:
     found: list[tuple[Location, str]] = []
     for error in exc.errors():
-        loc: list[int | str] = [part for part in error["loc"] if not _is_union_tag(part)]
+        loc = [part for part in _without_tags(error["loc"]) if part != "[key]"]
         if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
             loc.append("backend")  # point at the field that picks the backend kind
         message = error["msg"].removeprefix("Value error, ")
@@ -192,6 +192,24 @@ def _reference_problems(data: Mapping[str, Any]) -> list[tuple[Location, str]]:
             if isinstance(candidate, str) and candidate not in first_use:
                 loc = ("models", model, "candidates", index)
                 found.append((loc, _unknown_deployment(candidate, list(first_use))))
+    found.extend(_mcp_reference_problems(data))
+    return found
+
+
+def _mcp_reference_problems(data: Mapping[str, Any]) -> list[tuple[Location, str]]:
+    """Models whose ``mcp_tools`` name a server that ``mcp.servers`` does not configure."""
+    mcp = data.get("mcp")
+    servers = mcp.get("servers") if isinstance(mcp, dict) else None
+    known = list(servers) if isinstance(servers, dict) else []
+    found: list[tuple[Location, str]] = []
+    models = data.get("models")
+    for model, route in (models if isinstance(models, dict) else {}).items():
+        grant = route.get("mcp_tools") if isinstance(route, dict) else None
+        for server in grant if isinstance(grant, dict) else {}:
+            if server not in known:
+                listed = ", ".join(known) if known else "none"
+                message = f"no MCP server is named {server!r} (mcp.servers: {listed})"
+                found.append((("models", model, "mcp_tools", server), message))
     return found
 
 
@@ -226,6 +244,13 @@ def _policy_problems(data: Mapping[str, Any]) -> list[tuple[Location, str]]:
 
 def _is_hedge(step: object) -> bool:
     return isinstance(step, dict) and list(step) == ["hedge"]
+
+
+def _without_tags(loc: Sequence[int | str]) -> list[int | str]:
+    """``loc`` without the discriminator values pydantic puts in it."""
+    if tuple(loc[:2]) == ("mcp", "servers") and len(loc) > 3 and loc[3] in ("stdio", "http"):
+        return [*loc[:3], *loc[4:]]  # a server's name may be anything, a backend's kind too
+    return [part for part in loc if not _is_union_tag(part)]
 
 
 def _is_union_tag(part: int | str) -> bool:

@@ -21,6 +21,8 @@ from pydantic import (
 )
 
 from backends.registry import DeploymentConfig
+from gateway.config.hosted import HostedSettings
+from gateway.config.mcp import McpSettings, McpToolGrant
 from policies.confidence import CascadeRule
 from policies.policy import Policy, PolicyField
 
@@ -120,6 +122,11 @@ class ModelRoute(BaseModel):
         default=None,
         description="answer with the best-ranked candidate; a larger one when it is unsure",
     )
+    mcp_tools: McpToolGrant | None = Field(
+        default=None,
+        description="the MCP servers (and tools of each) this model may be offered as hosted "
+        "tools; none: all",
+    )
 
     @model_validator(mode="after")
     def _cascade_can_escalate(self) -> ModelRoute:
@@ -152,13 +159,43 @@ class ResponsesSettings(BaseModel):
     max_bytes: ByteSize = Field(
         default=ByteSize(256 * 1024 * 1024),
         gt=0,
-        description="stored responses one replica keeps, oldest dropped first (e.g. 256MiB)",
+        description="stored responses kept in all (every worker and replica), oldest dropped "
+        "first (e.g. 256MiB)",
     )
     hosted_tools: Literal["drop", "refuse"] = Field(
         default="drop",
         description="tools only OpenAI runs (web_search...): left out and named in the "
         "x-shunter-dropped header (drop), or a 400 (refuse)",
     )
+
+
+class LoopGuardSettings(BaseModel):
+    """``sessions.loop_guard``: stop a session whose agent keeps making the same tool call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repeats: int | None = Field(
+        default=None,
+        ge=2,
+        description="refuse a request whose history ends with this many identical "
+        "consecutive tool calls (name and arguments); none: off",
+    )
+
+
+class SessionSettings(BaseModel):
+    """``sessions:``: what one agent session may use, for every key (a key's own session
+    limits win). A session is one conversation of one key (see the README, Sessions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget_usd: float | None = Field(default=None, gt=0, description="dollars per session")
+    max_tokens: int | None = Field(default=None, ge=1, description="tokens per session, in all")
+    rpm: int | None = Field(default=None, ge=1, description="requests per minute per session")
+    tpm: int | None = Field(default=None, ge=1, description="tokens per minute per session")
+    idle_ttl_s: float = Field(
+        default=3600.0, gt=0, description="a session idle this long is forgotten (its books)"
+    )
+    loop_guard: LoopGuardSettings = LoopGuardSettings()
 
 
 _ORIGIN = re.compile(r"^https?://[^/\s]+$")
@@ -241,6 +278,9 @@ class GatewayConfig(BaseModel):
     http: HTTPSettings = HTTPSettings()
     cors: CORSSettings = CORSSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    mcp: McpSettings = McpSettings()
+    sessions: SessionSettings = SessionSettings()
+    hosted: HostedSettings = HostedSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self, info: ValidationInfo) -> GatewayConfig:
@@ -255,6 +295,14 @@ class GatewayConfig(BaseModel):
             missing = [c for c in route.candidates if c not in known]
             if missing:
                 raise ValueError(f"model {model!r} names unknown deployments: {', '.join(missing)}")
+            unknown = sorted(set(route.mcp_tools or ()) - set(self.mcp.servers))
+            if unknown:
+                raise ValueError(f"model {model!r} names unknown MCP servers: {', '.join(unknown)}")
+        for kind, stand_in in self.hosted.stand_ins.items():
+            if stand_in.server not in self.mcp.servers:
+                raise ValueError(
+                    f"hosted.stand_ins.{kind} names the unknown MCP server {stand_in.server!r}"
+                )
         return self
 
     @functools.cached_property

@@ -19,9 +19,11 @@ from gateway.admission.limits import RateLimit
 from gateway.config import CacheRule, GatewayConfig
 from gateway.dispatch import Gateway, ReplicaSync
 from gateway.errors import ContextLengthExceededError, GatewayError
+from gateway.hosted.context import HostedContext
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
 from gateway.http.intake import Services
+from gateway.http.mcpsession import McpSessions
 from gateway.http.messages import anthropic_error
 from gateway.http.middleware import RequestContextMiddleware, add_request_id
 from gateway.http.reload import ConfigWatcher
@@ -30,6 +32,8 @@ from gateway.http.ui import UI_ROUTES, StatusPage
 from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import HostedTools
 from gateway.ingress.store import ResponseStore
+from gateway.mcp.accounting import ToolAccounting
+from gateway.mcp.servers import HubSlot
 from gateway.protocol.messages import overflow_message
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
@@ -61,6 +65,7 @@ def create_app(
     gw.tracer = tel.tracer
     tel.watch(lambda: gw.backends, lambda: gw.breakers)
     tel.configure(frozenset(settings.config.models))  # the model label's values
+    tools = ToolAccounting(tel.registry, lambda: tel.tracer)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -71,6 +76,11 @@ def create_app(
         gw.on_reload.append(lambda config: tel.configure(frozenset(config.models)))
         app.state.gateway, app.state.telemetry, app.state.services = gw, tel, services
         app.state.status_page = StatusPage()  # its uptime counts from here
+        mcp = app.state.mcp = HubSlot(settings.config.mcp, tools)
+        app.state.mcp_sessions = McpSessions(store, _session_secret(settings.config, services))
+        gw.on_reload.append(lambda config: mcp.apply(config.mcp))
+        services.hosted = HostedContext.of(settings.config, mcp.hub)
+        gw.on_reload.append(lambda config: _rehost(services, config, mcp))
         await gw.start()
         watcher = None
         if settings.config_path is not None and settings.watch_config:
@@ -80,6 +90,7 @@ def create_app(
         if sync is not None:
             await sync.start()
         await _say_ready(settings, gw, services)
+        mcp.start()  # in the background: a server still starting fails only its own calls
         try:
             yield
         finally:
@@ -88,6 +99,7 @@ def create_app(
             if sync is not None:
                 await sync.stop()
             await gw.aclose()
+            await mcp.aclose()
             await store.aclose()
             tel.shutdown()
 
@@ -165,6 +177,19 @@ def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.hosted_by_model = _hosted_by_model(config)
     services.send_timeout_s = config.http.send_timeout_s
     services.protect_ops = config.http.protect_ops
+
+
+def _session_secret(config: GatewayConfig, services: Services) -> bytes | None:
+    """What signs ``/mcp`` session ids: the config's secret, else one derived from the
+    master key (``None``: one kept in the state store)."""
+    if config.mcp.session_secret is not None:
+        return config.mcp.session_secret.get_secret_value().encode()
+    return services.admission.keys.derived_secret("mcp-session")
+
+
+def _rehost(services: Services, config: GatewayConfig, mcp: HubSlot) -> None:
+    """The hosted tools of a reloaded config, on its (possibly new) hub."""
+    services.hosted = HostedContext.of(config, mcp.hub)
 
 
 def _deployment_limits(config: GatewayConfig) -> dict[str, RateLimit]:

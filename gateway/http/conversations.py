@@ -24,7 +24,7 @@ from gateway.ingress.conversations import (
     conversation_object,
     item_of,
 )
-from gateway.ingress.responses import new_items
+from gateway.ingress.response_history import new_items
 from gateway.protocol.responses import (
     ConversationCreate,
     ConversationItemsCreate,

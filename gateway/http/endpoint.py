@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.keys import KeyInfo
+from gateway.admission.sessions import SessionHint, SessionId
 from gateway.dispatch import ServedStream
 from gateway.errors import GatewayError
 from gateway.http.intake import Services
@@ -27,6 +28,7 @@ from gateway.protocol import (
     Usage,
 )
 from gateway.protocol.frames import FrameStream
+from gateway.protocol.images import chat_image
 
 
 class Served(Protocol):
@@ -73,6 +75,11 @@ class Endpoint(ABC, Generic[Req, Whole]):
     async def prepare(self, services: Services, key: KeyInfo, body: Req) -> None:
         """Complete the request once the caller is known (a stored conversation)."""
 
+    def cacheable(self, body: Req) -> bool:
+        """Whether the response cache may answer ``body`` (by default whenever its rules
+        say so)."""
+        return True
+
     @abstractmethod
     def request(self, body: Req) -> ChatCompletionRequest | CompletionRequest:
         """The chat (or completion) request that the cache keys and routing describe."""
@@ -80,6 +87,21 @@ class Endpoint(ABC, Generic[Req, Whole]):
     @abstractmethod
     def facts(self, body: Req) -> RequestFacts:
         """What admission reserves for the request."""
+
+    def session_hint(self, body: Req) -> SessionHint | None:
+        """What the body says of its session (an id field), if anything; without one, the
+        session is derived from the conversation
+        (:func:`~gateway.admission.sessions.session_of`)."""
+        return None
+
+    def note_session(self, body: Req, session: SessionId) -> None:
+        """The request's session, once known (Responses keeps it with the stored response,
+        for the turns that continue it)."""
+
+    def image_field(self, body: Req) -> str | None:
+        """The field of the request's first image, as its API names it."""
+        routed = self.request(body)
+        return chat_image(routed) if isinstance(routed, ChatCompletionRequest) else None
 
     def answered_by(self, body: Req, model: str) -> Req:
         """``body`` as sent to a deployment whose answers say ``model`` (by default the

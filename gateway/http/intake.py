@@ -15,8 +15,10 @@ from pydantic import BaseModel, ValidationError
 from gateway.admission.admit import Admission
 from gateway.admission.cache import ResponseCache
 from gateway.admission.keys import KeyInfo
+from gateway.admission.sessions import SESSION_HEADERS
 from gateway.dispatch import Gateway
 from gateway.errors import ServiceUnavailableError
+from gateway.hosted.context import HostedContext
 from gateway.http.asgi import JSONBody
 from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import HostedTools
@@ -38,7 +40,8 @@ class Services:
     ``responses``: the stored responses of ``/v1/responses``; ``conversations``: those of
     ``/v1/conversations``; ``hosted_tools``: what
     ``/v1/responses`` does with tools only OpenAI runs (``drop``: reported, ``refuse``), and
-    per model (``hosted_by_model``)."""
+    per model (``hosted_by_model``); ``hosted``: the tools the gateway runs itself (MCP
+    servers, stand-ins) and its bounds."""
 
     admission: Admission
     cache: ResponseCache
@@ -48,6 +51,7 @@ class Services:
     protect_ops: bool = False
     hosted_tools: HostedTools = "drop"
     hosted_by_model: dict[str, HostedTools] = field(default_factory=dict)
+    hosted: HostedContext = field(default_factory=HostedContext)
 
     def hosted_for(self, model: str) -> HostedTools:
         """What ``/v1/responses`` does with hosted tools for ``model``."""
@@ -65,6 +69,9 @@ class Arrival:
     facts: dict[str, Any]
     """The log/metrics facts of this request (written out by the middleware)."""
     request_id: str
+    session_header: str | None = None
+    """The client's session id from its headers (``x-shunter-session``, or what agent CLIs
+    send: :data:`~gateway.admission.sessions.SESSION_HEADERS`), if it sent one."""
 
 
 async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arrival:
@@ -73,7 +80,17 @@ async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arr
     services, gateway, key = await authenticated(scope, x_api_key)
     body = await read_body(scope, receive)
     facts = request_facts(scope)
-    return Arrival(services, gateway, key, body, facts, scope["state"].get("request_id", ""))
+    request_id = scope["state"].get("request_id", "")
+    return Arrival(services, gateway, key, body, facts, request_id, session_header(scope))
+
+
+def session_header(scope: Scope) -> str | None:
+    """The first session header the client sent (see :data:`SESSION_HEADERS`)."""
+    for name in SESSION_HEADERS:
+        value = _header(scope, name.encode("latin-1"))
+        if value:
+            return value
+    return None
 
 
 def parse_body(model: type[M], body: bytes) -> M:
@@ -141,6 +158,8 @@ async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES)
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            # logged as every request whose client left: 499, not the 400 nobody reads
+            scope.get("state", {}).get("log", {})["client_gone"] = "disconnected"
             raise ClientException("The client went away before sending the whole body.")
         chunk: bytes = message.get("body", b"")  # type: ignore[assignment]
         if chunk:

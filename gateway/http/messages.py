@@ -20,8 +20,12 @@ from litestar.types import Receive, Scope, Send
 from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
+from gateway.admission.keys import KeyInfo
+from gateway.admission.sessions import SessionHint, claude_session
 from gateway.dispatch import ServedStream, describe_request
 from gateway.errors import GatewayError, InvalidRequestError
+from gateway.hosted import messages as hosted_tools
+from gateway.hosted.message_stream import HostedMessageEvents
 from gateway.http.abilities import native_messages, token_counter
 from gateway.http.asgi import JSONBody
 from gateway.http.endpoint import Endpoint
@@ -39,6 +43,7 @@ from gateway.ingress.messages import FORWARDED_HEADERS, MessagesCall, NativeMess
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.frames import FrameStream
+from gateway.protocol.images import messages_image
 from gateway.protocol.messages import CountTokensRequest, anthropic_status, error_body
 from gateway.telemetry.tracing import note_request
 
@@ -59,11 +64,22 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         note_request(call.body)  # the span's sampling parameters
         return call
 
+    async def prepare(self, services: Services, key: KeyInfo, call: MessagesCall) -> None:
+        """The hosted tools the gateway runs for the request (``mcp_servers``, stand-ins)."""
+        await hosted_tools.prepare(call, services.hosted, key, "")
+
+    def cacheable(self, call: MessagesCall) -> bool:
+        return call.hosted is None  # a hosted loop's answer depends on its tools' results
+
     def request(self, call: MessagesCall) -> ChatCompletionRequest:
         return call.routed()
 
     def facts(self, call: MessagesCall) -> RequestFacts:
-        return RequestFacts.of_chat(call.routed())
+        facts = RequestFacts.of_chat(call.routed())
+        return replace(facts, server_tools=call.body.server_tools())
+
+    def image_field(self, call: MessagesCall) -> str | None:
+        return messages_image(call.body)
 
     async def whole(self, backend: Backend, call: MessagesCall) -> Answered:
         native = native_messages(backend)
@@ -71,6 +87,8 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
             call.dropped, call.clamped = [], None
             content, usage = await native.messages(call.native(), call.headers)
             return NativeMessage(content, usage)
+        if call.hosted is not None:
+            return await hosted_tools.answer(backend, call, _translated(backend, call))
         return await backend.chat(_translated(backend, call))
 
     def stream(self, backend: Backend, call: MessagesCall) -> FrameStream:
@@ -78,7 +96,16 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         if native is not None:
             call.dropped, call.clamped = [], None
             return native.messages_stream(call.native(), call.headers)
+        if call.hosted is not None:
+            return HostedMessageEvents(call, backend, _translated(backend, call))
         return MessageEvents(backend.chat_stream(_translated(backend, call)), call.model)
+
+    def session_hint(self, call: MessagesCall) -> SessionHint | None:
+        """Claude Code's session, from ``metadata.user_id``."""
+        metadata = call.body.metadata or {}
+        user_id = metadata.get("user_id")
+        found = claude_session(user_id if isinstance(user_id, str) else None)
+        return None if found is None else SessionHint("metadata.user_id", found)
 
     def answer_headers(self, call: MessagesCall) -> dict[str, str]:
         headers = {"x-shunter-dropped": ",".join(call.dropped)} if call.dropped else {}
@@ -89,7 +116,11 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
     async def render(self, call: MessagesCall, answer: Answered) -> bytes:
         if isinstance(answer, NativeMessage):
             return answer.body
-        return message_answer(answer).model_dump_json().encode()
+        said = message_answer(answer)
+        if call.hosted is not None:
+            said.content = [*call.leading, *said.content]
+            said.stop_reason = call.stopped or said.stop_reason  # type: ignore[assignment]
+        return said.model_dump_json().encode()
 
     async def replay(self, call: MessagesCall, hit: ChatCompletion) -> AsyncIterator[bytes]:
         for frame in await MessageEvents(replay(chat_chunks(hit)), call.model).drain():

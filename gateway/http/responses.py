@@ -23,28 +23,30 @@ from backends.base import Backend
 from gateway.admission.admit import RequestFacts
 from gateway.admission.cache import chat_chunks, replay
 from gateway.admission.keys import KeyInfo
+from gateway.admission.sessions import SessionHint, SessionId
 from gateway.dispatch import ServedStream
 from gateway.errors import ContextLengthExceededError, GatewayError
+from gateway.hosted import responses as hosted_tools
+from gateway.hosted.response_stream import HostedResponseEvents
 from gateway.http.asgi import JSONBody
 from gateway.http.endpoint import Endpoint
 from gateway.http.intake import MAX_BODY_BYTES, Services, json_response, parse_body
 from gateway.http.responses_socket import serve_socket
 from gateway.http.serving import handle
 from gateway.ingress.response_events import ResponseEvents
+from gateway.ingress.response_history import input_items, new_items, output_messages
 from gateway.ingress.response_tools import tool_map
 from gateway.ingress.responses import (
     ResponsesCall,
     completed,
     dump_messages,
-    input_items,
     input_messages,
-    new_items,
-    output_messages,
     refuse_unserved,
     to_chat,
 )
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
+from gateway.protocol.images import responses_image
 from gateway.protocol.responses import (
     InputItem,
     InputItemList,
@@ -70,13 +72,18 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
         call.owner = key.id
         call.store, call.conversations = services.responses, services.conversations
         body = call.body
-        call.tools = tool_map(body.tools, body.input, services.hosted_for(body.model))
+        hosted = services.hosted
+        served = hosted.served()  # the tool types the gateway runs itself
+        call.tools = tool_map(body.tools, body.input, services.hosted_for(body.model), served)
         room = MAX_BODY_BYTES - call.body_bytes  # history and input together: one body's cap
         if body.previous_response_id and not call.resumed:
             record = await services.responses.load(
                 body.previous_response_id, key.id, param="previous_response_id", max_bytes=room
             )
             call.history = record["messages"]
+            session = record.get("session")
+            call.session = session if isinstance(session, dict) else None
+            call.earlier = record["response"].get("output") or []
         conversation = call.conversation_id
         if conversation is not None and body.previous_response_id is None:
             held = await services.conversations.load(
@@ -84,7 +91,27 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
             )
             items = [InputItem.model_validate(item) for item in held["items"]]
             call.history = dump_messages(input_messages(items, call.tools))
-        call.chat, call.turn = to_chat(body, call.history, call.tools)
+        chat_body = await hosted_tools.prepare(call, hosted, key, call.response_id)
+        call.chat, call.turn = to_chat(chat_body, call.history, call.tools)
+
+    def cacheable(self, call: ResponsesCall) -> bool:
+        return call.hosted is None  # a hosted loop's answer depends on its tools' results
+
+    def session_hint(self, call: ResponsesCall) -> SessionHint | None:
+        """``prompt_cache_key``, else the session of the response ``previous_response_id``
+        continues, else the ``conversation``."""
+        body = call.body
+        if body.prompt_cache_key:
+            return SessionHint("prompt_cache_key", body.prompt_cache_key)
+        stored = call.session
+        if stored is not None and stored.get("id") and stored.get("label"):
+            return SessionHint("previous_response_id", stored["label"], resolved=stored["id"])
+        if call.conversation_id is not None:
+            return SessionHint("conversation", call.conversation_id)
+        return None
+
+    def note_session(self, call: ResponsesCall, session: SessionId) -> None:
+        call.session = {"id": session.id, "label": session.label}
 
     def answer_headers(self, call: ResponsesCall) -> dict[str, str]:
         """``x-shunter-dropped``: the hosted tools left out of the request, if any."""
@@ -97,11 +124,19 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
     def facts(self, call: ResponsesCall) -> RequestFacts:
         return RequestFacts.of_chat(call.chat_request())
 
+    def image_field(self, call: ResponsesCall) -> str | None:
+        return responses_image(call.body)
+
     async def whole(self, backend: Backend, call: ResponsesCall) -> ChatCompletion:
+        if call.hosted is not None:
+            return await hosted_tools.answer(backend, call)
         return await backend.chat(call.chat_request())
 
     def stream(self, backend: Backend, call: ResponsesCall) -> ResponseEvents:
-        events = ResponseEvents(call, backend.chat_stream(call.chat_request()), _saver(call))
+        if call.hosted is not None:
+            events: ResponseEvents = HostedResponseEvents(call, backend, _saver(call))
+        else:
+            events = ResponseEvents(call, backend.chat_stream(call.chat_request()), _saver(call))
         call.streams[backend.name] = events
         return events
 
@@ -204,6 +239,7 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
         *output_messages(response.output, call.tools),
     ]
     call.transcript = messages
+    call.produced = [item.model_dump(mode="json") for item in response.output]
     if call.conversation_id is not None and call.conversations is not None:
         added = [*new_items(body.input), *(i.model_dump(mode="json") for i in response.output)]
         await call.conversations.append(call.conversation_id, call.owner, added)
@@ -215,7 +251,11 @@ async def _save(call: ResponsesCall, response: ResponseObject, data: str | None 
     owner, inputs = json.dumps(call.owner), json.dumps(given, ensure_ascii=False)
     said = data if data is not None else response.model_dump_json()
     turns = json.dumps(messages, ensure_ascii=False)
-    record = f'{{"owner":{owner},"response":{said},"input":{inputs},"messages":{turns}}}'
+    session = json.dumps(call.session, ensure_ascii=False)
+    record = (
+        f'{{"owner":{owner},"response":{said},"input":{inputs},"messages":{turns},'
+        f'"session":{session}}}'
+    )
     if await store.save(call.response_id, record):
         return True
     response.store = False

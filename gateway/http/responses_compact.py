@@ -20,7 +20,8 @@ from litestar.types import Receive, Scope, Send
 from gateway.http.responses import ResponsesEndpoint
 from gateway.http.serving import handle
 from gateway.ingress.compaction import encode_summary
-from gateway.ingress.responses import ResponsesCall, new_items, response_usage
+from gateway.ingress.response_history import new_items
+from gateway.ingress.responses import ResponsesCall, response_usage
 from gateway.protocol import ChatCompletion, new_id
 from gateway.protocol.responses import InputItem
 

@@ -31,7 +31,7 @@ from gateway.admission.keys import KeyInfo
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.http.asgi import EventStream
 from gateway.http.endpoint import Endpoint
-from gateway.http.intake import Arrival, Services, credentials, taking_work
+from gateway.http.intake import Arrival, Services, credentials, session_header, taking_work
 from gateway.http.serving import admit, answer
 from gateway.ingress.responses import ResponsesCall
 from gateway.protocol import ChatCompletion
@@ -81,6 +81,9 @@ class _Socket:
         self._lane = ""  # the turn's stream_id, said again on each of its events
         self._last_id: str | None = None
         self._last_messages: list[dict[str, Any]] = []
+        self._last_session: dict[str, str] | None = None
+        self.session = session_header(scope)
+        self._last_output: list[dict[str, Any]] = []  # its output items (hosted listings)
 
     async def receive(self, text: str) -> None:
         """Answer one client message; a failure is an ``error`` message."""
@@ -128,16 +131,22 @@ class _Socket:
         previous = call.body.previous_response_id
         if previous is not None and previous == self._last_id:
             call.history, call.resumed = self._last_messages, True
+            call.session = self._last_session
+            call.earlier = self._last_output
         if generate is False:
             await self._prepare_only(call)
         else:
             await self._run(call, facts)
         if call.transcript is not None:
             self._last_id, self._last_messages = call.response_id, call.transcript
+            self._last_session = call.session
+            self._last_output = call.produced
 
     async def _run(self, call: ResponsesCall, facts: dict[str, Any]) -> None:
         gateway = taking_work(self.scope["app"].state.gateway)
-        arrival = Arrival(self.services, gateway, self.key, b"", facts, facts["request_id"])
+        arrival = Arrival(
+            self.services, gateway, self.key, b"", facts, facts["request_id"], self.session
+        )
         admitted, serve = await admit(arrival, self.endpoint, call)
         stream = await answer(admitted, serve)
         assert isinstance(stream, EventStream), "a streamed call is answered with events"

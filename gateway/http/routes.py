@@ -14,7 +14,7 @@ models the key may use; worker stats need any valid key. ``/health/liveness`` is
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 from litestar import Request, Response, get, route
@@ -23,6 +23,7 @@ from litestar.params import FromPath
 from litestar.types import ASGIApp
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from backends.base import LiveStats
 from gateway.admission.keys import KeyInfo, may_use
 from gateway.dispatch import Gateway
 from gateway.errors import NotFoundError
@@ -31,6 +32,7 @@ from gateway.http.completions import completions
 from gateway.http.conversations import CONVERSATION_ROUTES
 from gateway.http.embeddings import embeddings
 from gateway.http.intake import Services, json_response
+from gateway.http.mcproute import mcp_endpoint
 from gateway.http.messages import MESSAGE_ROUTES
 from gateway.http.responses import RESPONSE_ROUTES
 from gateway.http.responses_compact import compact_response
@@ -84,7 +86,7 @@ async def liveness() -> dict[str, str]:
 async def readiness(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     gateway = _gateway(request)
     deployments = {
-        name: {**asdict(b.stats()), **gateway.deployment_health(name)}
+        name: {**_figures(b.stats(), links=False), **gateway.deployment_health(name)}
         for name, b in sorted(gateway.backends.items())
     }
     stalled = any(d.get("stalled") for d in deployments.values())  # a local engine is stuck
@@ -109,8 +111,17 @@ async def worker_stats(request: Request[Any, Any, Any]) -> Response[dict[str, An
     """Live figures per deployment (sequences, KV cells, queue, rates, prefix hits), for routing."""
     await _caller(request)
     backends = _gateway(request).backends
-    deployments = {name: asdict(b.stats()) for name, b in sorted(backends.items())}
+    deployments = {name: _figures(b.stats(), links=True) for name, b in sorted(backends.items())}
     return Response({"object": "worker.stats", "deployments": deployments})
+
+
+def _figures(stats: LiveStats, *, links: bool) -> dict[str, Any]:
+    """A backend's live figures as JSON; the prefix links it holds in full for a gateway
+    that routes on them (``links``), else counted."""
+    figures = {f.name: getattr(stats, f.name) for f in fields(stats)}
+    held = stats.held_prefixes
+    figures["held_prefixes"] = dict(held) if links else len(held)
+    return figures
 
 
 @get("/metrics")
@@ -160,6 +171,7 @@ _HANDLERS: list[BaseRouteHandler] = [
     liveness,
     readiness,
     worker_stats,
+    mcp_endpoint,
 ]
 # first, so that Litestar makes no OPTIONS handler of its own on these paths
 ROUTES = [*options_handlers(_HANDLERS), *_HANDLERS]

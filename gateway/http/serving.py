@@ -29,8 +29,10 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from backends.base import Backend
 from gateway.admission.admit import Admission, AdmissionTicket
+from gateway.admission.session_limits import SessionStoppedError
+from gateway.admission.sessions import SessionId, session_of
 from gateway.dispatch import Bill, Gateway, ServedStream, describe_request
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidRequestError
 from gateway.http.asgi import ClientWatch, EventStream, JSONBody
 from gateway.http.endpoint import Endpoint, Req, Whole
 from gateway.http.intake import Arrival, arrive
@@ -63,13 +65,35 @@ async def admit(
     services = arrival.services
     await endpoint.prepare(services, arrival.key, body)
     arrival.facts.update(model=body.model, stream=bool(body.stream))
-    ticket = await services.admission.admit(endpoint.facts(body), arrival.key)
+    session = request_session(arrival, endpoint, body)
+    if session is not None:
+        arrival.facts["session"] = session.id
+    try:
+        ticket = await services.admission.admit(endpoint.facts(body), arrival.key, session)
+    except SessionStoppedError as exc:
+        if not exc.should_retry:  # stopped, not only waiting for its requests in flight
+            arrival.facts["session_stop"] = exc.reason
+        raise
     admitted = Admitted(arrival, ticket)
 
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
 
     return admitted, serve
+
+
+def request_session(
+    arrival: Arrival, endpoint: Endpoint[Req, Whole], body: Req
+) -> SessionId | None:
+    """The session of a prepared request: its header, else its body's id, else its
+    conversation (text completions without an id have none)."""
+    routed = endpoint.request(body)
+    chat = routed if isinstance(routed, ChatCompletionRequest) else None
+    hint = endpoint.session_hint(body)
+    session = session_of(arrival.key.id, header=arrival.session_header, hint=hint, chat=chat)
+    if session is not None:
+        endpoint.note_session(body, session)
+    return session
 
 
 class Admitted:
@@ -83,6 +107,11 @@ class Admitted:
         self.ticket = ticket
         self.facts = arrival.facts
         self.request_id = arrival.request_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The request's session (a routing hint: one session, one conversation)."""
+        return self.ticket.session_id
 
     async def admit(self, deployment: str) -> None:
         """Take the deployment's own limits before it is tried."""
@@ -138,12 +167,14 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
     """The answer from the cache, else from a deployment, whole or streamed."""
     routed = endpoint.request(body)
     cache = admitted.services.cache
-    cache_key = cache.key(routed, admitted.ticket.key.id)
+    cache_key = cache.key(routed, admitted.ticket.key.id) if endpoint.cacheable(body) else None
     if cache_key is not None:
         hit = await cache.get(cache_key, endpoint.cached)  # type: ignore[type-var]
         if hit is not None:
             return await _cached(admitted, endpoint, body, hit)
     routing_facts = describe_request(routed, admitted.request_id)
+    if routing_facts.has_images:
+        _refuse_unread_images(admitted.gateway, body.model, endpoint.image_field(body))
     if body.stream:
         return await _stream(admitted, endpoint, body, routed, routing_facts)
 
@@ -163,6 +194,21 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
         await cache.put(cache_key, result)
     headers = admitted.headers(answered.headers(result.usage)) | endpoint.answer_headers(body)
     return JSONBody(await endpoint.render(body, result), headers)
+
+
+def _refuse_unread_images(gateway: Gateway, model: str, field: str | None) -> None:
+    """A 400 naming the image's field when no deployment of ``model`` reads images (one
+    that does is routed to as any other request)."""
+    pool = gateway.policy_candidates(model, live=False)
+    if not pool or any(c.facts.capabilities.images for c in pool):
+        return
+    where = f" ('{field}' is one)" if field else ""
+    raise InvalidRequestError(
+        f"The model '{model}' accepts no images{where}; send text only, or use a model "
+        "that reads images.",
+        param=field,
+        code="images_not_supported",
+    )
 
 
 async def _cached(

@@ -153,7 +153,7 @@ def _session(request: Request[Any, Any, Any]) -> Session | None:
 async def _values(request: Request[Any, Any, Any], access: _Access) -> dict[str, Any]:
     app = request.app.state
     snapshot = await _page(request).data.snapshot(
-        app.gateway, app.telemetry, app.services, admin=True
+        app.gateway, app.telemetry, app.services, admin=True, tools=getattr(app, "mcp", None)
     )
     return {"s": snapshot, "open_mode": access.open_mode, "refresh_ms": REFRESH_MS}
 

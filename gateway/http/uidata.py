@@ -18,11 +18,13 @@ from gateway.admission.keys import KeyRecord
 from gateway.admission.limits import RateLimit
 from gateway.dispatch import Gateway
 from gateway.http.intake import Services
+from gateway.mcp.servers import HubSlot
 from gateway.residency.placement import Placement, plan_deployments
 from gateway.state.base import StateUnavailable
 from gateway.telemetry.instruments import Telemetry
 
 RECENT_SHOWN = 50
+SESSIONS_SHOWN = 20
 _GB = 1e9
 
 
@@ -35,9 +37,16 @@ class StatusData:
     _plan: list[dict[str, Any]] = field(default_factory=list)
 
     async def snapshot(
-        self, gateway: Gateway, telemetry: Telemetry, services: Services, *, admin: bool
+        self,
+        gateway: Gateway,
+        telemetry: Telemetry,
+        services: Services,
+        *,
+        admin: bool,
+        tools: HubSlot | None = None,
     ) -> dict[str, Any]:
-        """The page's data; ``keys`` only when ``admin``."""
+        """The page's data; ``keys`` only when ``admin``; the MCP servers and recent tool
+        calls with ``tools``."""
         deployments = [_deployment(gateway, name) for name in sorted(gateway.backends)]
         served: dict[str, list[str]] = {}
         for model, route in gateway.config.models.items():
@@ -66,8 +75,12 @@ class StatusData:
             "memory": await self._memory(gateway),
             "decisions": telemetry.recent.last(RECENT_SHOWN),
         }
+        if tools is not None:
+            snapshot["mcp_servers"] = mcp_servers(tools)
+            snapshot["tool_calls"] = tools.accounting.last(RECENT_SHOWN)
         if admin:
             snapshot["keys"] = await key_usage(services)
+            snapshot["sessions"] = await session_usage(services)
         return snapshot
 
     async def _memory(self, gateway: Gateway) -> list[dict[str, Any]]:
@@ -80,6 +93,20 @@ class StatusData:
             self._plan_version = gateway.config_version
         loaded = {name: backend.stats().loaded for name, backend in gateway.backends.items()}
         return [{**row, "loaded": loaded.get(row["deployment"])} for row in self._plan]
+
+
+def mcp_servers(tools: HubSlot) -> list[dict[str, Any]]:
+    """Each configured MCP server: its kind, whether it is connected, its restarts."""
+    rows = []
+    for name in tools.hub.servers:
+        upstream = tools.hub.upstream(name)
+        if upstream is not None:
+            kind = "stdio" if upstream.settings.kind == "stdio" else "http"
+            rows.append(
+                {"name": name, "kind": kind, "connected": upstream.connected,
+                 "restarts": upstream.restarts}
+            )  # fmt: skip
+    return rows
 
 
 def _deployment(gateway: Gateway, name: str) -> dict[str, Any]:
@@ -109,6 +136,7 @@ def _deployment(gateway: Gateway, name: str) -> dict[str, Any]:
         "prefill_tokens_per_s": _round(stats.prefill_tokens_per_s),
         "decode_tokens_per_s": _round(stats.decode_tokens_per_s),
         "prefix_hit_rate": _round(stats.prefix_hit_rate, 3),
+        "held_prefixes": len(stats.held_prefixes),
         "loaded": stats.loaded,
         "stalled": stats.stalled,
         "fallbacks": dict(breaker.fallbacks) if breaker is not None else {},
@@ -179,6 +207,30 @@ async def _key_row(services: Services, record: KeyRecord, now: float) -> dict[st
     except StateUnavailable:
         pass
     return row
+
+
+async def session_usage(services: Services) -> list[dict[str, Any]]:
+    """The sessions that spent most, with their key, requests, tokens, dollars and state
+    (``active``, or ``stopped`` and why)."""
+    rows = []
+    for use in await services.admission.sessions.top(SESSIONS_SHOWN):
+        info = dict(use.info)
+        label = info.get("label", "")
+        rows.append(
+            {
+                "id": use.scope.rsplit(":", 1)[-1],
+                "label": label if len(label) <= 24 else label[:21] + "...",
+                "key_id": info.get("key_id"),
+                "key_name": info.get("key_name"),
+                "requests": use.requests,
+                "tokens": use.tokens,
+                "spent_usd": round(use.usd, 6),
+                "state": "stopped" if use.stopped else "active",
+                "stopped_by": use.stopped or None,
+                "last_at": use.last or None,
+            }
+        )
+    return rows
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:

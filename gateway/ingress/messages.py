@@ -98,6 +98,14 @@ class MessagesCall:
     dropped: list[str] = field(default_factory=list)
     clamped: int | None = None  # the output budget a deployment lowered it to
     _routed: ChatCompletionRequest | None = None
+    hosted: Any = None
+    """The hosted tools (``mcp_servers``, stand-ins) the gateway runs for this request
+    (:mod:`gateway.hosted`), when it has any."""
+    leading: list[dict[str, Any]] = field(default_factory=list)
+    """Content blocks the gateway added before the model's last answer (hosted calls)."""
+    stopped: str | None = None
+    """The ``stop_reason`` when the gateway ended the turn (``pause_turn``: the bound of
+    hosted calls was reached)."""
 
     @classmethod
     def read(
@@ -241,7 +249,7 @@ class _Translation:
         if isinstance(content, str):
             return [ChatMessage(role=message.role, content=content)]
         if message.role == "assistant":
-            return [self._assistant(content, i)]
+            return self._assistant(content, i)
         out: list[ChatMessage] = []
         parts: list[ContentPart] = []
         images: list[ContentPart] = []  # from tool results: after the tool messages
@@ -282,12 +290,18 @@ class _Translation:
         )
         return None
 
-    def _assistant(self, content: list[Block], i: int) -> ChatMessage:
+    def _assistant(self, content: list[Block], i: int) -> list[ChatMessage]:
+        """An assistant turn: its text and calls; a hosted call's result (an
+        ``mcp_tool_result`` block) ends a message, as the model read it there."""
+        said: list[ChatMessage] = []
         texts: list[str] = []
         calls: list[ToolCall] = []
         for j, block in enumerate(content):
             param = f"messages[{i}].content[{j}]"
             if block.type in _SKIPPED_BLOCKS:
+                continue
+            if block.type in ("mcp_tool_use", "mcp_tool_result"):
+                said.extend(_hosted_block(block, param, texts, calls))
                 continue
             self._block_extras(block.model_extra, param)
             if block.type == "text":
@@ -301,7 +315,10 @@ class _Translation:
                 part = self._part(block, param)
                 texts.append(part.text or "" if part is not None else "")
         text = "".join(texts)
-        return ChatMessage(role="assistant", content=text or None, tool_calls=calls or None)
+        if said and not text and not calls:
+            return said
+        message = ChatMessage(role="assistant", content=text or None, tool_calls=calls or None)
+        return [*said, message]
 
     def _tool_result(self, block: Block, param: str) -> tuple[ChatMessage, list[ContentPart]]:
         if not block.tool_use_id:
@@ -377,6 +394,42 @@ def _bare(body: MessagesRequest) -> ChatCompletionRequest:
     text = json.dumps([m.model_dump(mode="json") for m in body.messages], ensure_ascii=False)
     message = ChatMessage(role="user", content=text)
     return ChatCompletionRequest(model=body.model, messages=[message], max_tokens=body.max_tokens)
+
+
+def _hosted_block(
+    block: Block, param: str, texts: list[str], calls: list[ToolCall]
+) -> list[ChatMessage]:
+    """A hosted MCP call the gateway ran (``mcp_tool_use``: the model's call, named
+    ``<server>__<tool>`` as it was offered) or its result (``mcp_tool_result``: it ends
+    the assistant message so far, then the result follows as a tool message)."""
+    if block.type == "mcp_tool_use":
+        server = (block.model_extra or {}).get("server_name")
+        if not block.id or not block.name or not isinstance(server, str):
+            raise InvalidRequestError(
+                "mcp_tool_use blocks need an id, a name and a server_name", param=param
+            )
+        flat = f"{server}__{block.name}"
+        function = FunctionCall(name=flat, arguments=tool_arguments(block.input))
+        calls.append(ToolCall(id=block.id, function=function))
+        return []
+    if not block.tool_use_id:
+        raise InvalidRequestError(
+            "mcp_tool_result blocks need a tool_use_id", param=f"{param}.tool_use_id"
+        )
+    content = block.content
+    text = content if isinstance(content, str) else ""
+    if isinstance(content, list):
+        text = "".join(inner.text or "" for inner in content)
+    if block.is_error:
+        text = f"Error: {text}"
+    out = []
+    if texts or calls:
+        joined = "".join(texts) or None
+        out.append(ChatMessage(role="assistant", content=joined, tool_calls=list(calls) or None))
+        texts.clear()
+        calls.clear()
+    out.append(ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text))
+    return out
 
 
 def _says_nothing(name: str, value: Any) -> bool:

@@ -14,7 +14,8 @@
 - Hosted tools (``web_search``, ``file_search``, ``code_interpreter``...) run only on
   OpenAI's own servers: under the ``drop`` setting they are left out and the answer's
   ``x-shunter-dropped`` header names each one (``tools[1]=web_search``); under ``refuse``
-  the request is a 400 naming ``tools[i].type``.
+  the request is a 400 naming ``tools[i].type``. Those the gateway runs itself (``mcp``,
+  and stand-ins an operator configured: :mod:`gateway.hosted`) are left to it.
 """
 
 from __future__ import annotations
@@ -60,18 +61,32 @@ class ToolMap:
 
 
 def tool_map(
-    tools: list[FunctionTool] | None, given: str | list[InputItem], hosted: HostedTools
+    tools: list[FunctionTool] | None,
+    given: str | list[InputItem],
+    hosted: HostedTools,
+    served: frozenset[str] = frozenset(),
 ) -> ToolMap:
-    """The tools of ``tools`` and of ``additional_tools`` items in ``given``."""
+    """The tools of ``tools`` and of ``additional_tools`` items in ``given``; those of a
+    type in ``served`` are left out (the gateway runs them itself)."""
     mapped = ToolMap()
     for i, tool in enumerate(tools or ()):
-        _add(mapped, tool, f"tools[{i}]", hosted, None)
+        if tool.type not in served:
+            _add(mapped, tool, f"tools[{i}]", hosted, None)
     if not isinstance(given, str):
         for i, item in enumerate(given):
             if item.type == "additional_tools":
-                for j, tool in enumerate(item.tools or ()):
-                    _add(mapped, tool, f"input[{i}].tools[{j}]", hosted, None)
+                listed: list[FunctionTool | dict[str, Any]] = [*(item.tools or ())]
+                for j, given_tool in enumerate(listed):
+                    where = f"input[{i}].tools[{j}]"
+                    _add(mapped, _typed(given_tool, where), where, hosted, None)
     return mapped
+
+
+def _typed(tool: FunctionTool | dict[str, Any], where: str) -> FunctionTool:
+    """A tool of an ``additional_tools`` item: one without a ``type`` is a 400 naming it."""
+    if isinstance(tool, FunctionTool):
+        return tool
+    raise InvalidRequestError("Missing required parameter: 'type'.", param=f"{where}.type")
 
 
 def _add(
@@ -211,5 +226,11 @@ def tool_echo(tools: Iterable[FunctionTool]) -> list[dict[str, Any]]:
             keys = ("name", "description", "parameters", "strict")
             echoed.append({"type": "function", **{k: getattr(tool, k) for k in keys}})
         else:
-            echoed.append(tool.model_dump(mode="json", exclude_none=True))
+            shown = tool.model_dump(mode="json", exclude_none=True)
+            echoed.append({k: v for k, v in shown.items() if k not in _SECRET_FIELDS})
     return echoed
+
+
+_SECRET_FIELDS = frozenset({"authorization", "headers"})
+"""Fields of an ``mcp`` tool that carry the caller's credentials: never echoed (nor
+stored with the response)."""

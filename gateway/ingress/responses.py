@@ -22,13 +22,13 @@ Answer (chat → Responses): the upstream's reasoning (``reasoning_content``) be
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidRequestError
 from gateway.ingress.compaction import summary_message
 from gateway.ingress.conversations import ConversationStore
+from gateway.ingress.response_history import mcp_call_messages
 from gateway.ingress.response_tools import (
     ToolMap,
     chat_tool_fields,
@@ -81,6 +81,21 @@ class ResponsesCall:
     created_at: int = field(default_factory=now)
     streams: dict[str, Any] = field(default_factory=dict)
     body_bytes: int = 0
+    session: dict[str, str] | None = None
+    """The session this turn belongs to (``id``, ``label``), kept with the stored response;
+    before admission, the session of the response it continues."""
+    earlier: list[dict[str, Any]] = field(default_factory=list)
+    """The output items of ``previous_response_id``'s response (hosted tools read their
+    listings and approval requests there)."""
+    produced: list[dict[str, Any]] = field(default_factory=list)
+    """The output items of this response once it is finished (a WebSocket turn that
+    continues from it reads them as ``earlier``)."""
+    leading: list[OutputItem] = field(default_factory=list)
+    """Items the gateway added before the model's last answer (hosted tool calls)."""
+    hosted: Any = None
+    """The hosted tools of the request (:mod:`gateway.hosted`), when it has any."""
+    stopped: str | None = None
+    """Why the gateway ended the response early (``max_tool_calls``), if it did."""
 
     @property
     def model(self) -> str:
@@ -108,7 +123,13 @@ class ResponsesCall:
 _PASSED = ("user", "presence_penalty", "frequency_penalty", "safety_identifier")
 _PASSED_IF_SET = ("prompt_cache_key", "service_tier")
 _EXTRAS = ("seed", "stop", "top_k")
-_SKIPPED_ITEMS = ("reasoning", "additional_tools")
+_SKIPPED_ITEMS = (
+    "reasoning",
+    "additional_tools",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+)
 
 
 def to_chat(
@@ -185,6 +206,8 @@ def input_messages(given: str | list[InputItem], tools: ToolMap | None = None) -
             _tool_call(messages, item, i, tools)
         elif item.type in ("function_call_output", "custom_tool_call_output"):
             messages.append(_tool_output(item, i))
+        elif item.type == "mcp_call":
+            messages.extend(mcp_call_messages(item, i))
         elif item.type in ("compaction", "compaction_summary"):
             messages.append(summary_message(item.encrypted_content, i))
         elif item.type not in _SKIPPED_ITEMS:
@@ -339,7 +362,7 @@ def _reasoning_echo(body: ResponsesRequest) -> dict[str, Any]:
 def completed(call: ResponsesCall, answer: ChatCompletion) -> ResponseObject:
     """The finished response for a whole chat answer."""
     choice = answer.choices[0]
-    output: list[OutputItem] = []
+    output: list[OutputItem] = list(call.leading)
     status: ItemStatus = (
         "incomplete" if choice.finish_reason in ("length", "content_filter") else "completed"
     )
@@ -352,7 +375,8 @@ def completed(call: ResponsesCall, answer: ChatCompletion) -> ResponseObject:
     for tool_call in choice.message.tool_calls or []:
         fn = tool_call.function
         output.append(tool_call_item(call.tools, tool_call.id, fn.name, fn.arguments, status))
-    return finished(call, output, choice.finish_reason, answer.usage, answer.model)
+    ended = call.stopped or choice.finish_reason
+    return finished(call, output, ended, answer.usage, answer.model)
 
 
 def reasoning_of(message: Any) -> str:
@@ -401,8 +425,8 @@ def finished(
         fields["model"] = model
     if finish_reason == "length":
         fields.update(status="incomplete", incomplete_details=_incomplete("max_output_tokens"))
-    elif finish_reason == "content_filter":
-        fields.update(status="incomplete", incomplete_details=_incomplete("content_filter"))
+    elif finish_reason in ("content_filter", "max_tool_calls"):
+        fields.update(status="incomplete", incomplete_details=_incomplete(finish_reason))
     else:
         fields.update(status="completed", completed_at=now())
     return response_object(call, **fields)
@@ -420,69 +444,5 @@ def response_usage(usage: Usage | None) -> ResponseUsage:
     return ResponseUsage.of(usage.prompt_tokens, usage.completion_tokens, cached)
 
 
-def output_messages(output: list[OutputItem], tools: ToolMap) -> list[dict[str, Any]]:
-    """The output items as the chat messages a later turn continues from."""
-    text = "".join(
-        part.text for item in output if isinstance(item, OutputMessage) for part in item.content
-    )
-    calls = []
-    for item in output:
-        if isinstance(item, FunctionCallItem | CustomToolCallItem):
-            flat = tools.flat(item.name, item.namespace)
-            arguments = (
-                item.arguments
-                if isinstance(item, FunctionCallItem)
-                else custom_arguments(item.input)
-            )
-            function = {"name": flat, "arguments": arguments}
-            calls.append({"id": item.call_id, "type": "function", "function": function})
-    if not text and not calls:  # nothing said (no generation): nothing to continue from
-        return []
-    message: dict[str, Any] = {"role": "assistant", "content": text or None}
-    if calls:
-        message["tool_calls"] = calls
-    return [message]
-
-
 def dump_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json", exclude_none=True) for m in messages]
-
-
-def new_items(given: str | list[InputItem]) -> list[dict[str, Any]]:
-    """``given`` as a conversation keeps them: typed, content as parts, each with an id."""
-    return input_items(given, f"resp_{uuid.uuid4().hex}")
-
-
-def input_items(given: str | list[InputItem], response_id: str) -> list[dict[str, Any]]:
-    """The request's input items as ``GET .../input_items`` lists them, each with an id."""
-    if isinstance(given, str):
-        given = [InputItem(role="user", content=given)]
-    items = []
-    stem = response_id.removeprefix("resp_")
-    for i, item in enumerate(given):
-        data = item.model_dump(mode="json", exclude_none=True)
-        if item.type == "message":
-            content = data.get("content")
-            if isinstance(content, str):
-                kind = "output_text" if item.role == "assistant" else "input_text"
-                data["content"] = [{"type": kind, "text": content}]
-            if item.role == "assistant":  # listed as output messages are
-                for part in data["content"]:
-                    part.setdefault("annotations", [])
-                    part.setdefault("logprobs", [])
-        data.setdefault("status", "completed")
-        data.setdefault("id", f"{_ITEM_PREFIX.get(item.type, 'item')}_{stem}_{i}")
-        data["type"] = item.type
-        items.append(data)
-    return items
-
-
-_ITEM_PREFIX = {
-    "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "custom_tool_call": "ctc",
-    "custom_tool_call_output": "ctco",
-    "reasoning": "rs",
-    "compaction": "cmp",
-}

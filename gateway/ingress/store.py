@@ -7,8 +7,9 @@ and the whole conversation as chat messages (earlier turns, this turn's input, i
 output), so that a continuation is one read however long the chain. Instructions are not
 part of the conversation (OpenAI does not carry them over either).
 
-Bounds: every record expires ``ttl_s`` after it was written; a replica keeps at most
-``max_bytes`` of the records it wrote (the oldest are deleted first to make room), and a
+Bounds: every record expires ``ttl_s`` after it was written; the store keeps at most
+``max_bytes`` of records in all, whichever worker or replica wrote them and across
+restarts (the state store counts them; the oldest are deleted first to make room), and a
 single conversation larger than that is not stored (its answer says ``store: false``).
 A store that cannot be reached loses the write (logged); a lookup then answers 503.
 """
@@ -16,8 +17,6 @@ A store that cannot be reached loses the write (logged); a lookup then answers 5
 from __future__ import annotations
 
 import json
-import time
-from collections import OrderedDict
 from typing import Any
 
 import structlog
@@ -28,6 +27,7 @@ from gateway.state.base import StateStore, StateUnavailable
 log = structlog.get_logger("shunter.responses")
 DEFAULT_TTL_S = 86_400.0
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+_GROUP = "responses"
 
 
 def _key(response_id: str) -> str:
@@ -52,18 +52,11 @@ class ResponseStore:
     """Stored responses on a :class:`StateStore`, each readable only by its owner."""
 
     def __init__(
-        self,
-        state: StateStore,
-        ttl_s: float = DEFAULT_TTL_S,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        clock: Any = time.monotonic,
+        self, state: StateStore, ttl_s: float = DEFAULT_TTL_S, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
         self.state = state
         self.ttl_s = ttl_s
         self.max_bytes = max_bytes
-        self._clock = clock
-        self._written: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        self._bytes = 0
 
     async def load(
         self,
@@ -80,62 +73,38 @@ class ResponseStore:
                 await refuse_larger(self.state, _key(response_id), max_bytes, param)
             raw = await self.state.shared_get(_key(response_id))
         except StateUnavailable:
-            raise ServiceUnavailableError(
-                "Stored responses cannot be read right now; retry shortly.",
-                code="store_unavailable",
-                retry_after=1.0,
-            ) from None
+            raise _unavailable("read") from None
         record = json.loads(raw) if raw else None
         if not isinstance(record, dict) or record.get("owner") != owner:
             raise NotFoundError(f"Response with id '{response_id[:128]}' not found.", param=param)
         return record
 
     async def save(self, response_id: str, record: str) -> bool:
-        """Store ``record`` (a JSON object with the ``owner``); False when it is too large
-        or the store is down."""
-        raw = record
-        size = len(raw.encode())
-        if size > self.max_bytes:
-            log.warning("response_not_stored", response_id=response_id, bytes=size)
-            return False
-        await self._make_room(size)
+        """Store ``record`` (a JSON object with the ``owner``), the oldest stored responses
+        of every process making room; False when it is too large or the store is down."""
         try:
-            await self.state.shared_set(_key(response_id), raw, self.ttl_s)
+            stored = await self.state.bounded_set(
+                _GROUP, _key(response_id), record, self.ttl_s, self.max_bytes
+            )
         except StateUnavailable:
             log.warning("response_not_stored", response_id=response_id, reason="store down")
             return False
-        self._written[response_id] = (size, self._clock() + self.ttl_s)
-        self._bytes += size
-        return True
+        if not stored:
+            log.warning("response_not_stored", response_id=response_id, bytes=len(record))
+        return stored
 
     async def delete(self, response_id: str, owner: str) -> None:
         """Delete ``response_id`` (404 unless ``owner`` created it)."""
         await self.load(response_id, owner)
         try:
-            await self.state.shared_delete(_key(response_id))
+            await self.state.bounded_delete(_GROUP, _key(response_id))
         except StateUnavailable:
-            raise ServiceUnavailableError(
-                "Stored responses cannot be changed right now; retry shortly.",
-                code="store_unavailable",
-                retry_after=1.0,
-            ) from None
-        self._forget(response_id)
+            raise _unavailable("changed") from None
 
-    async def _make_room(self, size: int) -> None:
-        now = self._clock()
-        written = self._written
-        while written:
-            oldest, (_, expires) = next(iter(written.items()))
-            if expires > now and self._bytes + size <= self.max_bytes:
-                return
-            self._forget(oldest)
-            if expires > now:  # still stored: deleted to make room
-                try:
-                    await self.state.shared_delete(_key(oldest))
-                except StateUnavailable:
-                    return
 
-    def _forget(self, response_id: str) -> None:
-        entry = self._written.pop(response_id, None)
-        if entry is not None:
-            self._bytes -= entry[0]
+def _unavailable(done: str) -> ServiceUnavailableError:
+    return ServiceUnavailableError(
+        f"Stored responses cannot be {done} right now; retry shortly.",
+        code="store_unavailable",
+        retry_after=1.0,
+    )

@@ -12,7 +12,7 @@ of two servers never collide; :meth:`ToolHub.split` maps the name back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +34,49 @@ class ToolGrant:
     a server the tools named (a server mapped to ``None``: all of its tools)."""
 
     servers: Mapping[str, frozenset[str] | None] | None = None
+
+    @classmethod
+    def of(cls, entries: Iterable[str] | None) -> ToolGrant:
+        """The grant an allow-list writes as ``server`` (all its tools) and
+        ``server:tool`` entries; ``None``: everything."""
+        if entries is None:
+            return cls()
+        servers: dict[str, set[str] | None] = {}
+        for entry in entries:
+            server, colon, tool = entry.partition(":")
+            if not colon:
+                servers[server] = None
+            elif server not in servers:
+                servers[server] = {tool}
+            else:
+                named = servers[server]
+                if named is not None:  # None: the whole server is granted already
+                    named.add(tool)
+        return cls({s: None if t is None else frozenset(t) for s, t in servers.items()})
+
+    @classmethod
+    def of_mapping(cls, grant: Mapping[str, Sequence[str] | None] | None) -> ToolGrant:
+        """The grant a config writes as ``{server: [tool, ...] | null}``; ``None``: all."""
+        if grant is None:
+            return cls()
+        return cls({s: None if t is None else frozenset(t) for s, t in grant.items()})
+
+    def narrowed(self, other: ToolGrant) -> ToolGrant:
+        """What both grants allow (a key's grant narrowed by a model group's)."""
+        if other.servers is None:
+            return self
+        if self.servers is None:
+            return other
+        servers: dict[str, frozenset[str] | None] = {}
+        for server, tools in self.servers.items():
+            if server not in other.servers:
+                continue
+            theirs = other.servers[server]
+            if tools is None:
+                servers[server] = theirs
+            else:
+                servers[server] = tools if theirs is None else tools & theirs
+        return ToolGrant(servers)
 
     def allows_server(self, server: str) -> bool:
         """May the caller see ``server`` at all?"""
@@ -135,6 +178,13 @@ class ToolServerError(GatewayError):
     status_code = 502
     default_code = "tool_server_error"
     counts_as_failure = True
+
+
+class ToolServerTimeoutError(ToolServerError):
+    """The server did not answer within its ``timeout_s`` (504)."""
+
+    status_code = 504
+    default_code = "tool_server_timeout"
 
 
 class ToolHub(Protocol):

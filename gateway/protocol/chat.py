@@ -17,6 +17,7 @@ from gateway.protocol.common import (
     new_id,
     now,
 )
+from gateway.protocol.toolschema import ToolSchema
 
 
 class ImageURL(RequestModel):
@@ -69,7 +70,7 @@ class ChatMessage(RequestModel):
 class FunctionDefinition(RequestModel):
     name: str
     description: str | None = None
-    parameters: dict[str, JsonValue] | None = None
+    parameters: ToolSchema | None = None
     strict: bool | None = None
 
 

@@ -71,6 +71,9 @@ class Usage(ResponseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: Omitted[PromptTokensDetails] = None
+    server_tool_uses: dict[str, int] = Field(default_factory=dict, exclude=True)
+    """Uses of each tool the upstream ran itself (Anthropic's ``server_tool_use``, as
+    ``web_search``: 3): billed, never written out."""
 
     @classmethod
     def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:

@@ -9,12 +9,16 @@ for what this gateway does not know, and the translation
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
 from gateway.protocol.common import RequestModel, ResponseModel, new_id
+from gateway.protocol.toolschema import ToolSchema
 
+_SERVER_TOOL = re.compile(r"^([a-z][a-z0-9_]*)_(\d{8})$")
+"""A server tool's type: its name and version date (``web_search_20250305``)."""
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
 
@@ -59,7 +63,7 @@ class ToolParam(RequestModel):
 
     name: str = Field(min_length=1)
     description: str | None = None
-    input_schema: dict[str, JsonValue] | None = None
+    input_schema: ToolSchema | None = None
     type: str | None = None
 
 
@@ -85,6 +89,19 @@ class MessagesRequest(RequestModel):
     metadata: dict[str, JsonValue] | None = None
     stream: bool | None = False
     thinking: dict[str, JsonValue] | None = None
+
+    def server_tools(self) -> dict[str, int | None]:
+        """The upstream's own tools offered (``web_search_20250305`` → ``web_search``), with
+        each one's ``max_uses`` (``None`` when not given)."""
+        out: dict[str, int | None] = {}
+        for tool in self.tools or []:
+            versioned = _SERVER_TOOL.match(tool.type or "")
+            if versioned is None:
+                continue
+            limit = (tool.model_extra or {}).get("max_uses")
+            ok = isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0
+            out[versioned.group(1)] = limit if ok else None
+        return out
 
     def system_text(self) -> str:
         """``system`` as one text (its blocks joined by blank lines)."""

@@ -37,8 +37,10 @@ STOP_REASONS: dict[str, StopReason] = {
     "tool_calls": "tool_use",
     "function_call": "tool_use",
     "content_filter": "refusal",
+    "pause_turn": "pause_turn",
 }
-"""Chat's ``finish_reason`` → Messages' ``stop_reason``."""
+"""Chat's ``finish_reason`` → Messages' ``stop_reason`` (``pause_turn``: the gateway ended a
+turn of hosted tool calls at its bound)."""
 
 FINISH_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
@@ -207,7 +209,25 @@ def chat_usage(usage: Mapping[str, Any]) -> Usage:
     read = usage.get("cache_read_input_tokens") or 0
     written = usage.get("cache_creation_input_tokens") or 0
     prompt = (usage.get("input_tokens") or 0) + read + written
-    return Usage.of(prompt, usage.get("output_tokens") or 0, cached_tokens=read)
+    chat = Usage.of(prompt, usage.get("output_tokens") or 0, cached_tokens=read)
+    chat.server_tool_uses = server_tool_uses(usage.get("server_tool_use"))
+    return chat
+
+
+def server_tool_uses(counts: Any) -> dict[str, int]:
+    """``server_tool_use`` (``{"web_search_requests": 3}``) by tool name
+    (``{"web_search": 3}``); what is not a count is left out."""
+    if not isinstance(counts, Mapping):
+        return {}
+    return {
+        key.removesuffix("_requests"): value
+        for key, value in counts.items()
+        if isinstance(key, str)
+        and key.endswith("_requests")
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and value > 0
+    }
 
 
 def message_usage(usage: Usage | None) -> MessageUsage:

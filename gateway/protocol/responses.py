@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from gateway.protocol.common import Omitted, RequestModel, ResponseModel, new_id, now
+from gateway.protocol.toolschema import ToolSchema
 
 
 class InputPart(RequestModel):
@@ -35,7 +36,7 @@ class FunctionTool(RequestModel):
     type: str
     name: str | None = None
     description: str | None = None
-    parameters: dict[str, JsonValue] | None = None
+    parameters: ToolSchema | None = None
     strict: bool | None = None
     format: dict[str, JsonValue] | None = None
     tools: list[FunctionTool] | None = None
@@ -44,8 +45,10 @@ class FunctionTool(RequestModel):
 class InputItem(RequestModel):
     """One item of ``input``: a message (``type`` ``message`` or absent), a
     ``function_call`` / ``custom_tool_call`` the model made, the ``function_call_output`` /
-    ``custom_tool_call_output`` answering it, a ``reasoning`` item, or ``additional_tools``
-    (more tools offered from this point of the conversation on)."""
+    ``custom_tool_call_output`` answering it, a ``reasoning`` item, ``additional_tools``
+    (more tools offered from this point of the conversation on), or the items of hosted
+    MCP tools (``mcp_list_tools``, whose ``tools`` are the server's, ``mcp_call``,
+    ``mcp_approval_request``, ``mcp_approval_response``)."""
 
     type: str = "message"
     role: Literal["user", "assistant", "system", "developer"] | None = None
@@ -56,7 +59,7 @@ class InputItem(RequestModel):
     arguments: str | None = None
     input: str | None = None
     output: str | list[InputPart] | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[FunctionTool] | list[dict[str, JsonValue]] | None = None
     encrypted_content: str | None = None
     id: str | None = None
     status: str | None = None
@@ -173,7 +176,64 @@ class ReasoningItem(ResponseModel):
     content: list[ReasoningText] = Field(default_factory=list)
 
 
-OutputItem = ReasoningItem | OutputMessage | FunctionCallItem | CustomToolCallItem
+class McpListedTool(ResponseModel):
+    """One tool of an ``mcp_list_tools`` item, as its server describes it."""
+
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any] | None = None
+
+
+class McpListToolsItem(ResponseModel):
+    """The tools of an MCP server the gateway listed for the model (``error``: why it
+    could not)."""
+
+    id: str = Field(default_factory=lambda: new_id("mcpl"))
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
+    server_label: str
+    tools: list[McpListedTool] = Field(default_factory=list)
+    error: str | None = None
+
+
+McpCallStatus = Literal["in_progress", "completed", "incomplete", "calling", "failed"]
+
+
+class McpCallItem(ResponseModel):
+    """A tool call the gateway ran on an MCP server: ``output`` its result's text,
+    ``error`` why it failed (``mcp_tool_execution_error``: the tool said so;
+    ``http_error``: the server could not be reached or refused)."""
+
+    id: str = Field(default_factory=lambda: new_id("mcp"))
+    type: Literal["mcp_call"] = "mcp_call"
+    status: McpCallStatus = "completed"
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    approval_request_id: str | None = None
+
+
+class McpApprovalRequestItem(ResponseModel):
+    """A call the model made that waits for the client's ``mcp_approval_response``."""
+
+    id: str = Field(default_factory=lambda: new_id("mcpr"))
+    type: Literal["mcp_approval_request"] = "mcp_approval_request"
+    server_label: str
+    name: str
+    arguments: str
+
+
+OutputItem = (
+    ReasoningItem
+    | OutputMessage
+    | FunctionCallItem
+    | CustomToolCallItem
+    | McpListToolsItem
+    | McpCallItem
+    | McpApprovalRequestItem
+)
 
 
 class InputTokensDetails(ResponseModel):
@@ -204,7 +264,7 @@ class ResponseUsage(ResponseModel):
 
 
 class IncompleteDetails(ResponseModel):
-    reason: Literal["max_output_tokens", "content_filter"]
+    reason: Literal["max_output_tokens", "content_filter", "max_tool_calls"]
 
 
 class ResponseErrorBody(ResponseModel):

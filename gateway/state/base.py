@@ -86,6 +86,51 @@ class Hold:
     spend: Spend
 
 
+@dataclass(frozen=True)
+class SessionUse:
+    """One session's books: what it spent and used (settled), what its requests in flight
+    hold, how many requests it was let in for, and why it was last refused (``stopped``:
+    ``budget``, ``tokens``, ``loop``; empty while it runs). ``info`` is what the session
+    was opened with (key name, label, model), for display; ``first``/``last`` are Unix
+    times."""
+
+    scope: str
+    usd: float = 0.0
+    tokens: int = 0
+    requests: int = 0
+    held_usd: float = 0.0
+    held_tokens: int = 0
+    stopped: str = ""
+    info: tuple[tuple[str, str], ...] = ()
+    first: float = 0.0
+    last: float = 0.0
+
+
+@dataclass(frozen=True)
+class SessionHold:
+    """The outcome of :meth:`StateStore.session_hold`: placed or not, why not
+    (``budget`` or ``tokens``), and the session's books it was checked against."""
+
+    allowed: bool
+    reason: str
+    use: SessionUse
+
+
+@dataclass(frozen=True)
+class SessionCaps:
+    """What a session may use in all (``None``: no cap), the hold's lifetime if its process
+    dies, and how long an idle session is remembered."""
+
+    budget_usd: float | None = None
+    max_tokens: int | None = None
+    hold_ttl_s: float = 900.0
+    idle_ttl_s: float = 3600.0
+
+
+# a budget filled to the cent by holds whose float sum rounds up still admits its last one
+BUDGET_SLACK_USD = 1e-9
+
+
 @dataclass
 class StoreHealth:
     """Outage bookkeeping a metrics exporter can read: ``outages`` counts transitions to
@@ -143,6 +188,39 @@ class StateStore(ABC):
     async def spend_settle(self, scope: str, window_s: int, hold_id: str, usd: float) -> Spend:
         """Atomically drop the hold ``hold_id`` and add ``usd`` to the current window."""
 
+    # -- sessions ------------------------------------------------------------------------
+    @abstractmethod
+    async def session_hold(
+        self,
+        scope: str,
+        hold_id: str,
+        usd: float,
+        tokens: int,
+        caps: SessionCaps,
+        info: Sequence[tuple[str, str]] = (),
+    ) -> SessionHold:
+        """Atomically hold ``usd`` and ``tokens`` for one request of session ``scope`` and
+        count the request; or refuse (and mark the session stopped) when what it spent
+        plus what its other requests hold plus this request would pass a cap. A hold not
+        settled lapses after ``caps.hold_ttl_s``; the session is forgotten
+        ``caps.idle_ttl_s`` after its last request."""
+
+    @abstractmethod
+    async def session_settle(
+        self, scope: str, hold_id: str, usd: float, tokens: int, idle_ttl_s: float
+    ) -> SessionUse:
+        """Atomically drop the hold ``hold_id`` and add what the request really cost."""
+
+    @abstractmethod
+    async def session_stop(
+        self, scope: str, reason: str, idle_ttl_s: float, info: Sequence[tuple[str, str]] = ()
+    ) -> SessionUse:
+        """Mark the session stopped for ``reason`` (until a request of it is let in)."""
+
+    @abstractmethod
+    async def session_top(self, count: int) -> list[SessionUse]:
+        """Up to ``count`` remembered sessions, the biggest spenders first."""
+
     # -- virtual-key records (opaque JSON; the store knows no schema) ----------------------
     @abstractmethod
     async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
@@ -193,6 +271,24 @@ class StateStore(ABC):
     @abstractmethod
     async def shared_size(self, key: str) -> int:
         """The size in bytes of a shared value (0 when absent), read without the value."""
+
+    # -- shared values under one byte bound (stored responses) --------------------------
+    @abstractmethod
+    async def bounded_set(
+        self, group: str, key: str, value: str, ttl_s: float, max_bytes: int
+    ) -> bool:
+        """Set the shared value ``key`` (read with :meth:`shared_get`) for ``ttl_s`` seconds
+        as a member of ``group``, whose live members together hold at most ``max_bytes``
+        in this store, whichever process wrote them: the oldest members are deleted first
+        to make room. False (nothing stored) when ``value`` alone is larger."""
+
+    @abstractmethod
+    async def bounded_delete(self, group: str, key: str) -> None:
+        """Remove the shared value ``key`` and its bytes from ``group``'s count."""
+
+    @abstractmethod
+    async def bounded_bytes(self, group: str) -> int:
+        """The bytes ``group``'s members hold, as counted against its bound."""
 
     # -- lifecycle -----------------------------------------------------------------------
     @abstractmethod

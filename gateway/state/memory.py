@@ -11,12 +11,15 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gateway.state.base import (
     Hold,
     LimitCheck,
     Reservation,
+    SessionCaps,
+    SessionHold,
+    SessionUse,
     Spend,
     StateStore,
     StoreHealth,
@@ -25,6 +28,7 @@ from gateway.state.base import (
     gcra_reserve,
     window_bounds,
 )
+from gateway.state.memory_sessions import MemorySessions
 
 _SWEEP_EVERY = 4096
 
@@ -35,11 +39,32 @@ class _Expiring:
     expires_at: float
 
 
+@dataclass
+class _Group:
+    """The members of one byte-bounded group, oldest first: ``key -> (bytes, expires_at)``."""
+
+    entries: OrderedDict[str, tuple[int, float]] = field(default_factory=OrderedDict)
+    bytes: int = 0
+
+    def add(self, key: str, size: int, expires_at: float) -> None:
+        self.entries[key] = (size, expires_at)
+        self.bytes += size
+
+    def drop(self, key: str) -> None:
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            self.bytes -= entry[0]
+
+
 class MemoryStateStore(StateStore):
     """A :class:`StateStore` in this process's memory; ``clock`` returns Unix seconds."""
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.time, max_cache_entries: int = 10_000
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_cache_entries: int = 10_000,
+        max_sessions: int = 10_000,
     ) -> None:
         self.health = StoreHealth()
         self.shared = False
@@ -52,7 +77,9 @@ class MemoryStateStore(StateStore):
         self._ids: dict[str, str] = {}
         self._cache: OrderedDict[str, _Expiring] = OrderedDict()
         self._shared: dict[str, _Expiring] = {}
+        self._groups: dict[str, _Group] = {}
         self._writes = 0
+        self._sessions = MemorySessions(clock, max_sessions)
 
     async def reserve(self, scope: str, checks: Sequence[LimitCheck]) -> Reservation:
         now = self._clock()
@@ -130,6 +157,30 @@ class MemoryStateStore(StateStore):
             del self._holds[scope]
         return holds
 
+    async def session_hold(
+        self,
+        scope: str,
+        hold_id: str,
+        usd: float,
+        tokens: int,
+        caps: SessionCaps,
+        info: Sequence[tuple[str, str]] = (),
+    ) -> SessionHold:
+        return self._sessions.hold(scope, hold_id, (usd, tokens), caps, info)
+
+    async def session_settle(
+        self, scope: str, hold_id: str, usd: float, tokens: int, idle_ttl_s: float
+    ) -> SessionUse:
+        return self._sessions.settle(scope, hold_id, usd, tokens, idle_ttl_s)
+
+    async def session_stop(
+        self, scope: str, reason: str, idle_ttl_s: float, info: Sequence[tuple[str, str]] = ()
+    ) -> SessionUse:
+        return self._sessions.stop(scope, reason, idle_ttl_s, info)
+
+    async def session_top(self, count: int) -> list[SessionUse]:
+        return self._sessions.top(count)
+
     async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
         self._keys[key_hash] = record
         self._ids[key_id] = key_hash
@@ -187,6 +238,35 @@ class MemoryStateStore(StateStore):
     async def shared_size(self, key: str) -> int:
         entry = self._live_shared(key)
         return 0 if entry is None else len(str(entry.value).encode())
+
+    async def bounded_set(
+        self, group: str, key: str, value: str, ttl_s: float, max_bytes: int
+    ) -> bool:
+        size = len(value.encode())
+        members = self._groups.setdefault(group, _Group())
+        members.drop(key)
+        if size > max_bytes:
+            return False
+        now = self._clock()
+        while members.entries:
+            oldest, (_, expires_at) = next(iter(members.entries.items()))
+            if expires_at > now and members.bytes + size <= max_bytes:
+                break
+            members.drop(oldest)
+            self._shared.pop(oldest, None)
+        members.add(key, size, now + ttl_s)
+        await self.shared_set(key, value, ttl_s)
+        return True
+
+    async def bounded_delete(self, group: str, key: str) -> None:
+        members = self._groups.get(group)
+        if members is not None:
+            members.drop(key)
+        self._shared.pop(key, None)
+
+    async def bounded_bytes(self, group: str) -> int:
+        members = self._groups.get(group)
+        return 0 if members is None else members.bytes
 
     async def ping(self) -> bool:
         return True

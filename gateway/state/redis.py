@@ -36,6 +36,9 @@ from gateway.state.base import (
     Hold,
     LimitCheck,
     Reservation,
+    SessionCaps,
+    SessionHold,
+    SessionUse,
     Spend,
     StateStore,
     StateUnavailable,
@@ -43,6 +46,8 @@ from gateway.state.base import (
     check_scope,
     limit_state,
 )
+from gateway.state.bounded import BOUNDED_DROP, BOUNDED_SET
+from gateway.state.redis_sessions import RedisSessions
 
 T = TypeVar("T")
 Client = Redis | RedisCluster
@@ -215,6 +220,9 @@ class RedisStateStore(StateStore):
         self._spend = client.register_script(SPEND)
         self._key_put = client.register_script(KEY_PUT)
         self._incr = client.register_script(SHARED_INCR)
+        self._sessions = RedisSessions(client, prefix, self._run)
+        self._bounded_set = client.register_script(BOUNDED_SET)
+        self._bounded_drop = client.register_script(BOUNDED_DROP)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **kwargs: Any) -> RedisStateStore:
@@ -259,6 +267,32 @@ class RedisStateStore(StateStore):
     async def spend_settle(self, scope: str, window_s: int, hold_id: str, usd: float) -> Spend:
         hold = (hold_id, "", "0", "")
         return (await self._spend_call(scope, window_s, add=usd, hold=hold)).spend
+
+    async def session_hold(
+        self,
+        scope: str,
+        hold_id: str,
+        usd: float,
+        tokens: int,
+        caps: SessionCaps,
+        info: Sequence[tuple[str, str]] = (),
+    ) -> SessionHold:
+        return await self._sessions.call(scope, "hold", (hold_id, usd, tokens, caps, ""), info)
+
+    async def session_settle(
+        self, scope: str, hold_id: str, usd: float, tokens: int, idle_ttl_s: float
+    ) -> SessionUse:
+        caps = SessionCaps(idle_ttl_s=idle_ttl_s)
+        return (await self._sessions.call(scope, "settle", (hold_id, usd, tokens, caps, ""))).use
+
+    async def session_stop(
+        self, scope: str, reason: str, idle_ttl_s: float, info: Sequence[tuple[str, str]] = ()
+    ) -> SessionUse:
+        caps = SessionCaps(idle_ttl_s=idle_ttl_s)
+        return (await self._sessions.call(scope, "stop", ("", 0.0, 0, caps, reason), info)).use
+
+    async def session_top(self, count: int) -> list[SessionUse]:
+        return await self._sessions.top(count)
 
     async def key_put(self, key_hash: str, key_id: str, record: str) -> None:
         keys = [self._record_key(key_hash), self._id_key(key_id), self._ids_key()]
@@ -314,6 +348,34 @@ class RedisStateStore(StateStore):
 
     async def shared_size(self, key: str) -> int:
         return int(await self._run(lambda: self._client.strlen(self._shared_key(key))))
+
+    async def bounded_set(
+        self, group: str, key: str, value: str, ttl_s: float, max_bytes: int
+    ) -> bool:
+        size = len(value.encode())
+        if size > max_bytes:
+            await self.bounded_delete(group, key)
+            return False
+        ttl_ms = max(1, round(ttl_s * 1000))
+        keys = self._group_keys(group)
+        args: list[str | int] = [key, size, ttl_ms, max_bytes]
+        evicted: list[bytes] = await self._run(lambda: self._bounded_set(keys, args))
+        # before the new value, so that Redis never holds more than the bound; one key a
+        # command, as each may live in another Cluster slot
+        for member in evicted:
+            doomed = self._shared_key(_str(member))
+            await self._run(lambda: self._client.delete(doomed))  # noqa: B023 - awaited now
+        await self.shared_set(key, value, ttl_s)
+        return True
+
+    async def bounded_delete(self, group: str, key: str) -> None:
+        keys = self._group_keys(group)
+        await self._run(lambda: self._bounded_drop(keys, [key]))
+        await self.shared_delete(key)
+
+    async def bounded_bytes(self, group: str) -> int:
+        keys = self._group_keys(group)
+        return int(await self._run(lambda: self._bounded_drop(keys, [""])))
 
     async def ping(self) -> bool:
         try:
@@ -389,6 +451,10 @@ class RedisStateStore(StateStore):
 
     def _shared_key(self, key: str) -> str:
         return f"{self._prefix}:shared:{key}"
+
+    def _group_keys(self, group: str) -> list[str]:
+        tag = f"{self._prefix}:{{bounded:{check_scope(group)}}}"
+        return [f"{tag}:order", f"{tag}:lapse", f"{tag}:sizes", f"{tag}:bytes"]
 
 
 def _text(raw: bytes | str | None) -> str | None:

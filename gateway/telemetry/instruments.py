@@ -52,6 +52,9 @@ NO_DEPLOYMENT = "-"
 _LABELS = ("operation", "model", "deployment")
 
 
+_STOP_REASONS = ("budget", "tokens", "loop")
+
+
 class Telemetry:
     """The app's metrics registry, tracer and recent route decisions."""
 
@@ -114,6 +117,12 @@ class Telemetry:
             ("model", "deployment", "outcome"),
             registry=self.registry,
         )
+        self.session_stops = Counter(
+            "shunter_session_stops",
+            "Requests refused because their session was stopped, by reason (budget, tokens, loop)",
+            ("reason",),
+            registry=self.registry,
+        )
         self.recent = RecentDecisions()
         self.models: frozenset[str] = frozenset()
         self._series: dict[tuple[str, str, str], _Series] = {}
@@ -171,6 +180,9 @@ class Telemetry:
         tried = traced.tried if traced is not None else None
         deployment = str(answered or tried or NO_DEPLOYMENT)
         self.requests.labels(operation, model, deployment, str(status)).inc()
+        stop = facts.get("session_stop")
+        if stop in _STOP_REASONS:
+            self.session_stops.labels(stop).inc()
         for failed, cause, outcome in facts.get("resumes", ()):
             self.resumes.labels(failed, cause, outcome).inc()
         if facts.get("cascade"):

@@ -42,6 +42,8 @@ live_figures = st.builds(
     prefill_tokens_per_s=maybe_rate,
     decode_tokens_per_s=maybe_rate,
     prefill_backlog_tokens=st.integers(0, 5000),
+    queue_limit=st.none() | st.integers(1, 20),
+    held_prefixes=st.sampled_from([{}, {"h1": 100}, {"h1": 100, "h2": 300}, {"h3": 900}]),
 ) | st.just(LiveFigures())
 
 pricing = st.one_of(
@@ -98,6 +100,9 @@ requests = st.builds(
     prefix_key=st.none() | st.sampled_from(["a", "session-7"]),
     stream=st.booleans(),
     request_id=st.sampled_from(["", "req-1", "req-2"]),
+    prefix_chain=st.sampled_from([(), (("h1", 100), ("h2", 300), ("h3", 500))]),
+    prefix_shared=st.integers(0, 2),
+    session_id=st.none() | st.sampled_from(["s1", "s2"]),
 )
 
 STEP_ARGS: dict[str, st.SearchStrategy[Any]] = {
@@ -121,6 +126,7 @@ STEP_ARGS: dict[str, st.SearchStrategy[Any]] = {
         st.builds(dict, ttft_ms=st.floats(10, 3000), tpot_ms=st.floats(5, 100)),
     ),
     "fastest": st.none() | st.builds(dict, by=st.sampled_from(["ttft", "tpot", "total"])),
+    "cached_prefix": st.none() | st.builds(dict, margin_ms=st.floats(0, 1000)),
 }
 
 

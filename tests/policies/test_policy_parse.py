@@ -120,6 +120,7 @@ def test_registry_covers_issue_primitives() -> None:
         "smallest",
         "largest",
         "size",
+        "cached_prefix",
     }
     assert all(p.summary for p in builtin_primitives().values())
 

@@ -47,7 +47,8 @@ def test_demote_puts_meeting_then_unknown_then_missers(make: Make) -> None:
     assert notes["vllm"] == "ok ttft~125/500ms tpot~25/50ms"
     assert notes["new"] == "unknown ttft~?/500ms tpot~?/50ms"
     assert notes["cpp"] == "miss ttft~4500/500ms tpot~30/50ms"
-    assert decision.remarks == ()
+    # the first configured candidate misses the TTFT target: the request spills past it
+    assert decision.remarks == ("spill: predicted ttft 4500 ms > slo 500 ms on cpp",)
     assert decision.reason().startswith("vllm by slo ok ttft~125/500ms tpot~25/50ms, cheapest $")
 
 

@@ -226,7 +226,7 @@ class _Run(Generic[T]):
         settings, breaker = self.failover.settings, candidate.breaker
         started: list[float] = []
         for retry in range(settings.retries + 1):
-            if not breaker.allow():
+            if not await breaker.admit():
                 self.cause = "breaker_open" if retry == 0 else self.cause
                 return None
             if retry == 0 and self.admit is not None:

@@ -4,9 +4,12 @@ A breaker opens after ``failure_threshold`` consecutive deployment failures (con
 timeouts, cut streams, 429/5xx from upstream: never a 4xx caused by the request). It stays
 open for a cooldown: ``cooldown_s`` the first time, doubled on each re-opening, capped at
 ``max_cooldown_s``. Then it is half-open: one request may try (the trial); success closes it
-and resets the cooldown, failure opens it again. While it is open, a background health
-probe (:mod:`gateway.dispatch.health.probing`) that succeeds makes it half-open at once, so a
-recovered deployment is tried again without waiting for the cooldown; one that fails
+and resets the cooldown, failure opens it again. Where several processes share breakers
+(workers, replicas), one trial serves them all: the process that takes the shared trial
+lets it through, the others stay open until its outcome reaches them. While it is open, a
+background health probe (:mod:`gateway.dispatch.health.probing`) that succeeds makes it
+half-open at once, so a recovered deployment is tried again without waiting for the
+cooldown; one that fails
 starts the cooldown again, so while probes keep failing no client request is spent on a
 trial.
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,6 +61,11 @@ class CircuitBreaker:
     last_failure_at: float | None = None
     fallbacks: Counter[str] = field(default_factory=Counter)
     probes: Counter[str] = field(default_factory=Counter)
+    trial_gate: Callable[[], Awaitable[bool]] | None = field(default=None, repr=False)
+    """Asked before a half-open trial where processes share one (set by
+    :mod:`gateway.dispatch.health.sharing`): whether this process takes it."""
+    waiting_since: float | None = None
+    """Since when another process holds the trial this breaker waits on (``None``: none)."""
     _probing: bool = field(default=False, repr=False)
 
     @property
@@ -76,6 +84,32 @@ class CircuitBreaker:
         self._probing = True
         return True
 
+    async def admit(self) -> bool:
+        """:meth:`allow`, with the half-open trial shared: given a :attr:`trial_gate`, only
+        the process it picks lets the trial through; here the breaker stays open for
+        another cooldown, waiting on that trial's outcome (a pass closes it, a failure's
+        longer opening is adopted)."""
+        if self.trial_gate is None or self.state != "half_open" or self._probing:
+            return self.allow()
+        self._probing = True  # no second trial here while the gate answers
+        try:
+            taken = await self.trial_gate()
+        except BaseException:
+            self._probing = False
+            raise
+        if taken:
+            self.waiting_since = None
+            return True
+        self._probing = False
+        self.waiting_since = self.clock()
+        self.open_until = max(self.open_until, self.clock() + self.cooldown())
+        return False
+
+    def cooldown(self) -> float:
+        """The length of the current (or next) opening."""
+        doublings: int = max(self.openings - 1, 0)
+        return min(self.cooldown_s * 2.0**doublings, self.max_cooldown_s)
+
     def retry_in(self) -> float:
         return max(0.0, self.open_until - self.clock())
 
@@ -83,6 +117,7 @@ class CircuitBreaker:
         if self.openings:
             self.closed_at = self.clock()
         self.failures, self.openings, self._probing = 0, 0, False
+        self.waiting_since = None
 
     def open_for(self, seconds: float) -> None:
         """Open now for ``seconds``, because another replica saw this deployment fail."""
@@ -114,6 +149,7 @@ class CircuitBreaker:
         self.failures += 1
         self.last_failure_at = self.clock()
         self._probing = False
+        self.waiting_since = None
         if self.failures >= self.failure_threshold:
             cooldown = min(self.cooldown_s * 2**self.openings, self.max_cooldown_s)
             self.openings += 1

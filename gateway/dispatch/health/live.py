@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from backends.base import LiveStats
+from gateway.dispatch.health.sent import SentPrefixes
 from policies import LiveFigures
 
 ALPHA = 0.2  # EWMA weight of the newest sample: about the last ten requests matter
@@ -60,13 +61,21 @@ class DeploymentTracker:
     _departed: int = 0
     peers: list[dict[str, float | None]] = field(default_factory=list)
     """Other replicas' averages of this deployment (ewma_ttft_ms, ewma_itl_ms, ...)."""
+    sent: SentPrefixes = field(init=False, repr=False)
+    _born: float = field(init=False, repr=False)
+    """Prefix links of requests sent here lately, held before the engine reports them."""
     _last: tuple[tuple[object, ...], LiveFigures] | None = field(default=None, repr=False)
     """The figures last built and what they were built from: routing asks for every
     candidate's figures per request, and most have not changed since."""
 
-    def begin(self, prompt_tokens: int) -> Attempt:
+    def __post_init__(self) -> None:
+        self.sent = SentPrefixes(self.clock)
+        self._born = self.clock()
+
+    def begin(self, prompt_tokens: int, chain: Sequence[tuple[str, int]] = ()) -> Attempt:
         self.in_flight += 1
         self.prefill_backlog_tokens += prompt_tokens
+        self.sent.record(chain, prompt_tokens)
         return Attempt(self, prompt_tokens, self.clock())
 
     def on_first_token(self, attempt: Attempt) -> None:
@@ -103,6 +112,13 @@ class DeploymentTracker:
         while self._departures and now - self._departures[0][0] > WINDOW_S:
             self._departed -= self._departures.popleft()[1]
 
+    def _departure_rate(self, now: float) -> float | None:
+        """Departures per second over the window, or over the time since this tracker
+        began when that is shorter (a new deployment's first seconds are not idle ones)."""
+        if not self._departed:
+            return None
+        return self._departed / max(min(WINDOW_S, now - self._born), 1.0)
+
     def averages(self) -> dict[str, float | None]:
         """What this replica shares with the others."""
         return {
@@ -116,7 +132,9 @@ class DeploymentTracker:
         return sum(values) / len(values) if values else None
 
     def figures(self, engine: LiveStats) -> LiveFigures:
-        self._trim(self.clock())
+        now = self.clock()
+        self._trim(now)
+        self.sent.expire()
         inputs = (
             self.ewma_ttft_ms,
             self.ewma_itl_ms,
@@ -125,7 +143,9 @@ class DeploymentTracker:
             self.in_flight,
             self.prefill_backlog_tokens,
             self._departed,
+            int(min(now - self._born, WINDOW_S)),
             self.peers,
+            self.sent.version,
             engine,
         )
         last = self._last
@@ -135,7 +155,7 @@ class DeploymentTracker:
             ewma_ttft_ms=self._blend("ewma_ttft_ms", self.ewma_ttft_ms),
             ewma_itl_ms=self._blend("ewma_itl_ms", self.ewma_itl_ms),
             ewma_service_ms=self._blend("ewma_service_ms", self.ewma_service_ms),
-            departures_per_s=self._departed / WINDOW_S if self._departed else None,
+            departures_per_s=self._departure_rate(now),
             error_rate=self.error_rate,
             in_flight=max(self.in_flight, engine.in_flight),
             queue_depth=engine.queue_depth,
@@ -146,6 +166,8 @@ class DeploymentTracker:
             prefill_tokens_per_s=engine.prefill_tokens_per_s,
             decode_tokens_per_s=engine.decode_tokens_per_s,
             prefill_backlog_tokens=max(0, self.prefill_backlog_tokens),
+            queue_limit=engine.queue_limit,
+            held_prefixes=self.sent.over(engine.held_prefixes),
         )
         self._last = inputs, figures
         return figures

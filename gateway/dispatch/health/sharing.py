@@ -10,13 +10,18 @@ blended into the figures the policies route on.
 
 Background probes are shared too: one replica probes each open deployment per probe
 interval (the first to take the interval's ``probe:{name}`` counter), and a probe that
-passes (``probe_ok:{name}``) makes every replica's breaker half-open, so all of them try
-the recovered deployment again.
+passes (``probe_ok:{name}``) makes every replica's breaker half-open. So is the half-open
+trial: when a cooldown ends, only the replica that takes ``trial:{name}`` (it lasts one
+cooldown) lets a request through; the others stay open, adopt the longer opening that a
+failed trial or probe publishes, and close once the trial's pass is published (a breaker
+that closes after an opening publishes its pass as a probe's). A dead upstream thus
+costs one request per cooldown in all, however many workers and replicas there are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -70,6 +75,7 @@ class ReplicaSync:
         self.interval_s = interval_s
         self.wall = wall
         self.replica = -1
+        self._announced: dict[str, float] = {}
         self._ticker = Periodic(interval_s, self._tick)
 
     async def start(self) -> None:
@@ -112,24 +118,31 @@ class ReplicaSync:
         """A breaker clock reading as wall-clock time (``-inf`` for never)."""
         return -float("inf") if at is None else self.wall() - (breaker.clock() - at)
 
+    async def claim_trial(self, name: str, breaker: CircuitBreaker) -> bool:
+        """Whether this replica lets ``name``'s half-open trial through: the first to take
+        the shared ``trial:{name}`` counter, which lasts one cooldown (the store down: it
+        does, as a lone process would)."""
+        try:
+            return await self.store.shared_incr(f"trial:{{{name}}}", 1, breaker.cooldown()) == 1
+        except StateUnavailable:
+            return True
+
     async def _sync_breaker(self, name: str) -> None:
         breaker = self.gateway.breakers.get(name)
         if breaker is None:
             return
+        if breaker.trial_gate is None:
+            breaker.trial_gate = functools.partial(self.claim_trial, name, breaker)
         key = f"breaker:{{{name}}}"
         raw_pass = await self.store.shared_get(f"probe_ok:{{{name}}}")
         passed = float(raw_pass) if raw_pass is not None else -float("inf")
-        if breaker.state == "open" and passed > self._wall(breaker, breaker.opened_at):
-            breaker.probe_passed()
-        if breaker.state == "open":
-            remaining = breaker.retry_in()
-            since = self._wall(breaker, breaker.opened_at)
-            await self.store.shared_set(
-                key, json.dumps([self.wall() + remaining, since]), remaining
-            )
-            return
+        await self._take_pass(name, breaker, passed)
         shared = _pair(await self.store.shared_get(key))
-        if shared is None or breaker.state != "closed":
+        if breaker.state != "closed":
+            await self._publish_opening(key, breaker, shared)
+            return
+        await self._announce_recovery(name, breaker, passed)
+        if shared is None:
             return
         until, since = shared
         remaining = until - self.wall()
@@ -138,6 +151,46 @@ class ReplicaSync:
         if remaining > 0 and since > max(passed, self._wall(breaker, breaker.closed_at)):
             log.info("breaker_opened_by_peer", deployment=name, seconds=round(remaining, 1))
             breaker.open_for(remaining)
+
+    async def _take_pass(self, name: str, breaker: CircuitBreaker, passed: float) -> None:
+        """A trial that passed elsewhere after this breaker began waiting on it closes it;
+        a probe that passed after it opened makes it half-open."""
+        if breaker.state == "closed":
+            return
+        if breaker.waiting_since is not None:
+            if passed > self._wall(breaker, breaker.waiting_since):
+                log.info("breaker_closed_by_peer", deployment=name)
+                breaker.record_success()
+        elif breaker.state == "open" and passed > self._wall(breaker, breaker.opened_at):
+            breaker.probe_passed()
+
+    async def _publish_opening(
+        self, key: str, breaker: CircuitBreaker, shared: tuple[float, float] | None
+    ) -> None:
+        """Adopt a later end of the shared opening (a peer's failed trial or probe), then
+        publish this one's."""
+        if shared is not None and breaker.state == "open":
+            later = shared[0] - self.wall()
+            if later > breaker.retry_in():
+                breaker.open_for(later)
+        remaining = breaker.retry_in()
+        if remaining <= 0:
+            return
+        since = self._wall(breaker, breaker.opened_at)
+        await self.store.shared_set(key, json.dumps([self.wall() + remaining, since]), remaining)
+
+    async def _announce_recovery(self, name: str, breaker: CircuitBreaker, passed: float) -> None:
+        """This replica's trial passed (its breaker closed after an opening): the replicas
+        waiting on it close theirs."""
+        closed_at = breaker.closed_at
+        if closed_at is None or self._announced.get(name) == closed_at:
+            return
+        self._announced[name] = closed_at
+        at = self._wall(breaker, closed_at)
+        if at > passed:
+            await self.store.shared_set(f"probe_ok:{{{name}}}", str(at), PROBE_PASS_TTL_S)
+            # a replica whose cooldown ends later takes a trial of its own, not a wait
+            await self.store.shared_delete(f"trial:{{{name}}}")
 
     async def _sync_context(self, name: str) -> None:
         limits = self.gateway.context_limits

@@ -243,7 +243,7 @@ class Resume:
             if name in self._tried or not self._serves(candidate):
                 continue
             self._tried.add(name)
-            if not candidate.breaker.allow():
+            if not await candidate.breaker.admit():
                 continue
             if self._admit is not None:
                 try:

@@ -3,7 +3,7 @@
 ``policies`` is pure logic; this module is the adapter: it describes each deployment
 (config, capabilities with any context length learned from its own rejections, price,
 memory fit, breaker state) and each request (estimated prompt tokens, features it needs, a
-prefix key for affinity) as ``policies`` data.
+prefix key for affinity, the prefix chain engines report holding) as ``policies`` data.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from gateway.dispatch.health.learned import ContextLimits
 from gateway.dispatch.health.live import DeploymentTracker
 from gateway.planner import ModelSize
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from gateway.protocol.prefix import describe_prefix
 from policies import Candidate as PolicyCandidate
 from policies import CandidateFacts, Capabilities, FitClass, Pool, Pricing, RequestFacts
 
@@ -284,11 +285,14 @@ _PREFIX_CHARS = 4096
 
 
 def describe_request(
-    body: ChatCompletionRequest | CompletionRequest | EmbeddingRequest, request_id: str = ""
+    body: ChatCompletionRequest | CompletionRequest | EmbeddingRequest,
+    request_id: str = "",
+    session_id: str | None = None,
 ) -> RequestFacts:
-    """What routing needs to know about a request, without tokenizing it."""
+    """What routing needs to know about a request, without tokenizing it. ``session_id``
+    names the conversation a chat request continues, where known."""
     if isinstance(body, ChatCompletionRequest):
-        return _chat_facts(body, request_id)
+        return _chat_facts(body, request_id, session_id)
     if isinstance(body, CompletionRequest):
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         text = "".join(prompts)
@@ -303,12 +307,15 @@ def describe_request(
     return RequestFacts(prompt_tokens=_estimate(size), max_tokens=0, request_id=request_id)
 
 
-def _chat_facts(body: ChatCompletionRequest, request_id: str) -> RequestFacts:
+def _chat_facts(
+    body: ChatCompletionRequest, request_id: str, session_id: str | None
+) -> RequestFacts:
     text_chars = sum(len(m.text()) for m in body.messages)
     tool_chars = sum(len(t.model_dump_json()) for t in body.tools or [])
     format_ = body.response_format.type if body.response_format else "text"
     leading = [m for m in body.messages if m.role in ("system", "developer")] or body.messages[:1]
     prefix = body.user or "".join(m.text() for m in leading)
+    chain, shared = describe_prefix(body)
     return RequestFacts(
         prompt_tokens=_estimate(text_chars + tool_chars) + 4 * len(body.messages),
         max_tokens=body.output_limit(),
@@ -318,6 +325,9 @@ def _chat_facts(body: ChatCompletionRequest, request_id: str) -> RequestFacts:
         prefix_key=_prefix_key(prefix),
         stream=bool(body.stream),
         request_id=request_id,
+        prefix_chain=chain,
+        prefix_shared=shared,
+        session_id=session_id,
     )
 
 

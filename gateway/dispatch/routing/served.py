@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from backends.base import Backend, Price, cost_usd
+from backends.base import Backend, Price, usage_cost
 from gateway.dispatch.cascade.run import Bill, CascadeReport
 from gateway.dispatch.failover.attempts import Candidate
 from gateway.dispatch.failover.rules import OpenedStream
@@ -124,7 +124,7 @@ def bill_of(
     if usage is None:
         return Bill(None, 0.0, {})
     if cost is None:
-        cost = cost_usd(price, usage.prompt_tokens, usage.completion_tokens)
+        cost = usage_cost(price, usage)
     facts = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,

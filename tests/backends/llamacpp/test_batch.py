@@ -15,6 +15,7 @@ from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings
 from backends.llamacpp.sampling import Finished, GenerationJob, Sampling
 from gateway.errors import InvalidRequestError, ServiceUnavailableError
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
+from gateway.protocol.prefix import prefix_chain
 
 SYSTEM = (
     "You are a careful assistant for the Shunter test suite. Answer briefly, "
@@ -312,3 +313,36 @@ def test_placement_helpers() -> None:
         (1, 0),
         (2, 1),
     ]
+
+
+async def test_sequences_report_the_prefixes_they_hold_and_keep_conversations_apart(
+    tiny_model: Path,
+) -> None:
+    """Each conversation keeps its own sequence (a new one takes an empty sequence, the
+    shared system prompt copied over), and the engine reports every held prefix link."""
+    backend = await _backend(tiny_model, parallel=2)
+    try:
+        first = _chat("first question", system=SYSTEM)
+        await backend.chat(first)
+        held = backend.stats().held_prefixes
+        links = [link for link, _ in prefix_chain(first)]
+        assert [link for link in links if link in held] == links
+        assert 0 < held[links[0]] < held[links[-1]]
+        second = _chat("second question", system=SYSTEM)
+        out = await backend.chat(second)
+        assert out.usage is not None and out.usage.prompt_tokens_details is not None
+        assert out.usage.prompt_tokens_details.cached_tokens > len(SYSTEM) // 2
+        held = backend.stats().held_prefixes
+        both = links + [link for link, _ in prefix_chain(second)]
+        assert all(link in held for link in both)
+        follow_up = _chat("first question", system=SYSTEM).model_copy(
+            update={"messages": [*first.messages, *_chat("and then?").messages]}
+        )
+        again = await backend.chat(follow_up)
+        assert again.usage is not None and again.usage.prompt_tokens_details is not None
+        assert again.usage.prompt_tokens_details.cached_tokens > held[links[0]]
+        held = backend.stats().held_prefixes
+        assert all(link in held for link, _ in prefix_chain(second))  # not evicted
+        assert all(link in held for link, _ in prefix_chain(follow_up))
+    finally:
+        await backend.aclose()

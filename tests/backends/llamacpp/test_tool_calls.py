@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -245,3 +246,30 @@ async def test_choices_that_cannot_be_met_are_400(
     with pytest.raises(InvalidRequestError) as caught:
         await backend.chat(_request(**body))
     assert caught.value.param == param
+
+
+@pytest.mark.parametrize("pattern", ["ab+c", "^id-[0-9]{2}", "[0-9]{3}$"])
+async def test_a_pattern_matches_anywhere_as_json_schema_says(
+    backend: LlamaCppBackend, pattern: str
+) -> None:
+    """A pattern without anchors is valid JSON Schema (it may match anywhere in the
+    string): the call is made, and its argument matches the pattern as a search does."""
+    schema = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": pattern}},
+        "required": ["code"],
+        "additionalProperties": False,
+    }
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": schema}}]
+    requests = [
+        _request(tools=tools, tool_choice="required", seed=seed, max_tokens=200)
+        for seed in range(6)
+    ]
+    outs = await asyncio.gather(*(backend.chat(r) for r in requests))
+    whole = [out for out in outs if out.choices[0].finish_reason == "tool_calls"]
+    assert whole  # the tiny model babbles: some calls run past max_tokens, not all
+    for out in whole:
+        (name, arguments), *_ = _calls(out)
+        assert name == "lookup"
+        code = json.loads(arguments)["code"]
+        assert re.search(pattern, code), code

@@ -226,3 +226,23 @@ async def test_the_worst_case_of_a_cascade_counts_every_candidate() -> None:
     assert gate.worst_case_usd("cascade", 100, 50) == pytest.approx(0.0005)
     assert gate.worst_case_usd("free", 100, 50) == 0
     assert gate.worst_case_usd("unknown", 100, 50) == 0
+
+
+async def test_server_tools_are_held_at_their_max_uses_or_the_reserve() -> None:
+    searching = Price(server_tools={"web_search": 0.01}, server_tool_reserve=4)
+    gate = Admission(
+        KeyRing(MemoryStateStore()),
+        Limiter(MemoryStateStore()),
+        Budgets(MemoryStateStore()),
+        prices={"claude": searching},
+        routes={"claude": ModelRoute(candidates=["claude"])},
+    )
+    assert gate.worst_case_usd("claude", 0, 0, {"web_search": 50}) == pytest.approx(0.5)
+    assert gate.worst_case_usd("claude", 0, 0, {"web_search": None}) == pytest.approx(0.04)
+    assert gate.worst_case_usd("claude", 0, 0, {"code_execution": 9}) == 0  # not priced
+    used = Usage.of(0, 0)
+    used.server_tool_uses = {"web_search": 3}
+    secret, _ = await gate.keys.create("ci", budget_usd=1.0)
+    ticket = await gate.admit(RequestFacts("claude", f"Bearer {secret}", 0, 0))
+    await gate.admit_deployment(ticket, "claude")
+    assert await gate.settle(ticket, used) == pytest.approx(0.03)

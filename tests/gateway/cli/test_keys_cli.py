@@ -73,6 +73,29 @@ async def test_create_list_revoke(
     assert "no key with id" in capsys.readouterr().err
 
 
+async def test_session_limits_of_a_key(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHUNTER_REDIS_URL", redis_server.url)
+    args = ["keys", "create", "--name", "session-cli", "--session-budget-usd", "5"]
+    args += ["--session-max-tokens", "200000", "--session-loop-repeats", "8"]
+    assert await _main(args) == 0
+    secret = capsys.readouterr().out.strip()
+    assert await _main(["keys", "list"]) == 0
+    listed = next(line for line in capsys.readouterr().out.splitlines() if "session-cli" in line)
+    assert "session_budget=$5.00" in listed and "session_loop_repeats=8" in listed
+    store = RedisStateStore.from_url(redis_server.url)
+    info = await KeyRing(store).authenticate(f"Bearer {secret}", "a")
+    await store.aclose()
+    assert info.session is not None
+    assert (info.session.budget_usd, info.session.max_tokens) == (5.0, 200000)
+    assert (info.session.rpm, info.session.loop_repeats) == (None, 8)
+    for bad in (["--session-loop-repeats", "1"], ["--session-budget-usd", "0"]):
+        with pytest.raises(SystemExit):
+            await _main(["keys", "create", "--name", "x", *bad])
+    capsys.readouterr()
+
+
 async def test_without_redis_the_command_refuses_and_says_why(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -92,3 +115,22 @@ async def test_an_unreachable_redis_is_reported(capsys: pytest.CaptureFixture[st
 async def _main(argv: list[str]) -> int:
     """Run the CLI in a worker thread: it starts its own event loop."""
     return await asyncio.to_thread(main, argv)
+
+
+async def test_create_with_an_mcp_allow_list(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHUNTER_REDIS_URL", redis_server.url)
+    args = ["keys", "create", "--name", "agents", "--mcp", "docs", "--mcp", "files:read_file"]
+    assert await _main(args) == 0
+    secret = capsys.readouterr().out.strip()
+    store = RedisStateStore.from_url(redis_server.url, prefix="shunter")
+    try:
+        key = await KeyRing(store).identify(f"Bearer {secret}")
+    finally:
+        await store.aclose()
+    assert key.mcp == ("docs", "files:read_file")
+    assert await _main(["keys", "list"]) == 0
+    assert "mcp=docs,files:read_file" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        await _main(["keys", "create", "--name", "bad", "--mcp", "files:"])

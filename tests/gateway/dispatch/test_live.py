@@ -8,6 +8,7 @@ import pytest
 
 from backends.base import LiveStats
 from gateway.dispatch.health.live import WINDOW_S, DeploymentTracker
+from gateway.dispatch.health.sent import SENT_MAX, SENT_TTL_S
 
 
 class Clock:
@@ -52,3 +53,34 @@ def test_what_is_kept_per_deployment_does_not_grow_with_traffic() -> None:
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
     assert grown < 16_000  # a request a second of bookkeeping would be ~3 MB here
     assert tracker.figures(LiveStats()).departures_per_s == pytest.approx(1_000, rel=0.05)
+
+
+def test_prefixes_sent_count_as_held_until_the_engine_can_say_so() -> None:
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    chain = (("sys", 1000), ("turn", 2000))
+    reported = LiveStats(held_prefixes={"sys": 240, "older": 90})
+    assert tracker.figures(reported).held_prefixes is reported.held_prefixes
+    tracker.begin(500, chain)
+    held = tracker.figures(reported).held_prefixes
+    assert (held["sys"], held["turn"], held["older"]) == (250, 500, 90)
+    assert set(held) == {"sys", "older", "turn"} and len(held) == 3
+    clock.now += SENT_TTL_S + 0.1
+    assert dict(tracker.figures(reported).held_prefixes) == {"sys": 240, "older": 90}
+
+
+def test_prefixes_sent_are_bounded() -> None:
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    for i in range(SENT_MAX // 100 + 10):
+        tracker.begin(100, tuple((f"r{i}-{j}", j + 1) for j in range(100)))
+    held = tracker.figures(LiveStats()).held_prefixes
+    assert len(held) == SENT_MAX and f"r{SENT_MAX // 100 + 9}-99" in held and "r0-0" not in held
+
+
+def test_a_new_deployments_departures_count_over_the_time_it_has_been_up() -> None:
+    """Five departures in the first five seconds are one a second, not one in six."""
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    serve(tracker, clock, 5, per_s=1)
+    assert tracker.figures(LiveStats()).departures_per_s == pytest.approx(1.0)

@@ -19,8 +19,8 @@ reliability: {failure_threshold: 1, cooldown_s: 30, probe_interval_s: 0.3}
 """
 
 
-def replicas(store: StateStore) -> tuple[ReplicaSync, ReplicaSync]:
-    config = parse_config(CONFIG, "test.yaml")
+def replicas(store: StateStore, config_text: str = CONFIG) -> tuple[ReplicaSync, ReplicaSync]:
+    config = parse_config(config_text, "test.yaml")
     first = Gateway(config, {"a": ScriptedBackend("a")})
     second = Gateway(config, {"a": ScriptedBackend("a")})
     return ReplicaSync(store, first), ReplicaSync(store, second)
@@ -69,3 +69,22 @@ async def test_a_learned_context_length_is_shared(store: StateStore) -> None:
     await second.sync()
     await first.sync()
     assert first.gateway.context_limits.get("a") == 4096
+
+
+async def test_one_replica_takes_the_half_open_trial_and_the_others_wait_on_it(
+    store: StateStore,
+) -> None:
+    first, second = replicas(store, CONFIG.replace("cooldown_s: 30", "cooldown_s: 0.2"))
+    breakers = [sync.gateway.breakers["a"] for sync in (first, second)]
+    for sync, breaker in zip((first, second), breakers, strict=True):
+        breaker.record_failure()
+        await sync.sync()  # gives the breaker its shared trial
+    await asyncio.sleep(0.25)  # the cooldown is over in both
+    assert [b.state for b in breakers] == ["half_open", "half_open"]
+    assert await breakers[0].admit()
+    assert not await breakers[1].admit()  # the first holds the trial
+    assert [b.state for b in breakers] == ["half_open", "open"]
+    breakers[0].record_success()  # the trial passed
+    await first.sync()
+    await second.sync()
+    assert [b.state for b in breakers] == ["closed", "closed"]

@@ -172,3 +172,17 @@ def test_a_local_generation_stops_when_its_client_hangs_up(gateway: Server) -> N
     quick = {"model": "local", "messages": HELLO, "max_tokens": 4}
     answer = httpx.post(f"{gateway.api}/chat/completions", json=quick, timeout=60)
     assert answer.status_code == 200
+
+
+def test_a_client_that_leaves_before_its_whole_body_is_logged_499(gateway: Server) -> None:
+    before = len(access_lines(gateway))
+    port = int(gateway.base_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+            "content-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b'{"model": "m", "mess')  # and hangs up mid-body
+    assert eventually(lambda: len(access_lines(gateway)) > before)
+    line = access_lines(gateway)[before]
+    assert (line["status"], line.get("client_gone")) == (499, "disconnected")

@@ -114,3 +114,15 @@ def test_an_error_status_comes_back_from_its_type(status: int) -> None:
 def test_overload_and_unknown_error_types() -> None:
     assert error_status("overloaded_error") == 529 and error_status("api_error") == 500
     assert error_status("brand_new_error") == 500
+
+
+def test_server_tool_use_is_read_by_tool_name_and_never_written_out() -> None:
+    usage = chat_usage(
+        {
+            "input_tokens": 5,
+            "output_tokens": 2,
+            "server_tool_use": {"web_search_requests": 3, "web_fetch_requests": 0, "x": 1},
+        }
+    )
+    assert usage.server_tool_uses == {"web_search": 3}
+    assert "server_tool_uses" not in usage.model_dump_json()

@@ -12,6 +12,7 @@ from redis.exceptions import ResponseError
 from gateway.admission.keys import KeyRing
 from gateway.admission.limits import Budgets, Limiter, RateLimit
 from gateway.state import StateSettings, open_store
+from gateway.state.base import SessionCaps
 from gateway.state.redis import RedisStateStore
 from tests.redis_server import RedisServer, start_redis
 
@@ -61,6 +62,17 @@ async def test_every_store_operation_is_single_slot(
         assert await store.shared_incr("deployment:a:fails", 1, 10) == 1
         await store.shared_set("deployment:a:cooldown", "1", 10)
         assert await store.shared_get("deployment:a:cooldown") == "1"
+        caps = SessionCaps(budget_usd=1.0, max_tokens=100)
+        assert (await store.session_hold("session:k:s", "h1", 0.5, 10, caps)).allowed
+        await store.session_settle("session:k:s", "h1", 0.25, 5, 60.0)
+        await store.session_stop("session:k:t", "loop", 60.0, (("label", "t"),))
+        assert [u.scope for u in await store.session_top(5)] == ["session:k:s", "session:k:t"]
+        for i in range(4):  # the oldest two make room, each in a slot of its own
+            assert await store.bounded_set("responses", f"responses:r{i}", "x" * 10, 60, 25)
+        assert await store.bounded_bytes("responses") == 20
+        assert [await store.shared_get(f"responses:r{i}") for i in (0, 1)] == [None, None]
+        await store.bounded_delete("responses", "responses:r3")
+        assert await store.bounded_bytes("responses") == 10
         assert await store.ping()
         assert store.health.errors == 0
     finally:

@@ -1,0 +1,252 @@
+"""Session limits, enforced by the gateway around each request of a session.
+
+Before a request runs, :meth:`SessionGuard.admit` refuses it when its conversation ends
+in a loop of identical tool calls (429 ``session_loop_detected``), takes from the
+session's RPM/TPM, and holds the request's worst case (the token estimate, and its
+dollars at the dearest price the model may run at) against the session's budget and
+token cap, atomically with the check, in the shared store: concurrent requests of one
+session, on any worker or replica, cannot together pass a cap (429
+``session_budget_exceeded``). After it ran, :meth:`SessionGuard.settle` replaces the hold
+with what the request really used. A session's limits are the key's own where it has
+them, else the config's ``sessions:``.
+
+Budgets and token caps fail closed (503 ``budget_unavailable`` while the store is down);
+a session without them is only tracked, and goes untracked during an outage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+
+from gateway.admission.keys import KeyInfo, KeySessionLimits
+from gateway.admission.limits import Grant, Limiter, RateLimit
+from gateway.admission.loopguard import ToolRepeat
+from gateway.admission.sessions import SessionId
+from gateway.config import SessionSettings
+from gateway.errors import RateLimitError, ServiceUnavailableError
+from gateway.state.base import SessionCaps, SessionUse, StateStore, StateUnavailable
+
+log = structlog.get_logger("shunter.sessions")
+SHOWN_CHARS = 24
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """What one session of a key may use (``None``: no limit)."""
+
+    budget_usd: float | None = None
+    max_tokens: int | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    loop_repeats: int | None = None
+    idle_ttl_s: float = 3600.0
+
+    @classmethod
+    def of(cls, settings: SessionSettings, key: KeyInfo) -> SessionLimits:
+        """The key's own session limits, else the config's."""
+        own = key.session or KeySessionLimits()
+        repeats = own.loop_repeats or settings.loop_guard.repeats
+        return cls(
+            budget_usd=own.budget_usd if own.budget_usd is not None else settings.budget_usd,
+            max_tokens=own.max_tokens or settings.max_tokens,
+            rpm=own.rpm or settings.rpm,
+            tpm=own.tpm or settings.tpm,
+            loop_repeats=repeats,
+            idle_ttl_s=settings.idle_ttl_s,
+        )
+
+    @property
+    def capped(self) -> bool:
+        """Whether money or tokens are capped (then the books must be kept: fail closed)."""
+        return self.budget_usd is not None or self.max_tokens is not None
+
+
+class SessionStoppedError(RateLimitError):
+    """A session's request refused for its session's sake: ``reason`` is ``budget``,
+    ``tokens`` or ``loop`` (what the stop counter says)."""
+
+    def __init__(self, message: str, *, reason: str, code: str, should_retry: bool) -> None:
+        retry_after = 1.0 if should_retry else None
+        super().__init__(message, code=code, should_retry=should_retry, retry_after=retry_after)
+        self.reason = reason
+
+
+@dataclass
+class SessionTicket:
+    """What one request took from its session."""
+
+    session: SessionId
+    limits: SessionLimits
+    grant: Grant | None = None
+    held: bool = False
+
+
+class SessionGuard:
+    """Session limits over a store; ``settings`` is replaced on reload."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        limiter: Limiter,
+        settings: SessionSettings | None = None,
+        *,
+        hold_ttl_s: float = 900.0,
+    ) -> None:
+        self.store = store
+        self.limiter = limiter
+        self.settings = settings or SessionSettings()
+        self.hold_ttl_s = hold_ttl_s
+
+    async def admit(
+        self,
+        session: SessionId,
+        key: KeyInfo,
+        cost: tuple[float, int],
+        hold_id: str,
+        repeat: ToolRepeat | None = None,
+    ) -> SessionTicket:
+        """Check and take the request's worst ``cost`` (dollars, tokens) from the session
+        of ``key``; or raise (429, or 503 when a capped session cannot be checked)."""
+        limits = SessionLimits.of(self.settings, key)
+        ticket = SessionTicket(session, limits)
+        info = _info(session, key)
+        loops = limits.loop_repeats
+        if repeat is not None and loops is not None and repeat.count >= loops:
+            await self._stop(session, "loop", limits, info)
+            raise _loop(session, repeat, loops)
+        label = f"session '{shown(session)}' of key '{key.name}'"
+        rate = RateLimit(rpm=limits.rpm, tpm=limits.tpm)
+        ticket.grant = await self.limiter.reserve(session.scope, label, rate, cost[1])
+        caps = SessionCaps(limits.budget_usd, limits.max_tokens, self.hold_ttl_s, limits.idle_ttl_s)
+        try:
+            held = await self.store.session_hold(session.scope, hold_id, *cost, caps, info)
+        except StateUnavailable as exc:
+            if not limits.capped:
+                log.debug("session_untracked", scope=session.scope)
+                return ticket
+            await self._give_back(ticket)
+            raise _unavailable(session) from exc
+        except BaseException:
+            await self._give_back(ticket)
+            raise
+        if not held.allowed:
+            await self._give_back(ticket)
+            raise _over(session, held.reason, held.use, cost, limits)
+        ticket.held = True
+        return ticket
+
+    async def settle(
+        self, ticket: SessionTicket, hold_id: str, used_tokens: int, cost_usd: float
+    ) -> None:
+        """Replace the request's hold with what it used (nothing, when it was given back)."""
+        if ticket.grant is not None:
+            await self.limiter.reconcile(ticket.grant, used_tokens)
+        if not ticket.held:
+            return
+        ticket.held = False
+        idle = ticket.limits.idle_ttl_s
+        try:
+            await self.store.session_settle(
+                ticket.session.scope, hold_id, cost_usd, used_tokens, idle
+            )
+        except StateUnavailable:
+            # the hold lapses by itself; the spend goes unrecorded, as the log says
+            log.warning("session_spend_not_recorded", scope=ticket.session.scope, usd=cost_usd)
+
+    async def release(self, ticket: SessionTicket, hold_id: str) -> None:
+        """Give back everything: the request was refused before any upstream work."""
+        if ticket.grant is not None:
+            await self.limiter.release(ticket.grant)
+            ticket.grant = None
+        await self.settle(ticket, hold_id, 0, 0.0)
+
+    async def top(self, count: int) -> list[SessionUse]:
+        """The biggest spenders among the sessions remembered (none while the store is
+        down)."""
+        try:
+            return await self.store.session_top(count)
+        except StateUnavailable:
+            return []
+
+    async def _give_back(self, ticket: SessionTicket) -> None:
+        if ticket.grant is not None:
+            await self.limiter.release(ticket.grant)
+            ticket.grant = None
+
+    async def _stop(
+        self,
+        session: SessionId,
+        reason: str,
+        limits: SessionLimits,
+        info: tuple[tuple[str, str], ...],
+    ) -> None:
+        try:
+            await self.store.session_stop(session.scope, reason, limits.idle_ttl_s, info)
+        except StateUnavailable:
+            log.debug("session_stop_unrecorded", scope=session.scope, reason=reason)
+
+
+def shown(session: SessionId) -> str:
+    """The session's label, shortened for messages and the status page."""
+    label = session.label
+    return label if len(label) <= SHOWN_CHARS else label[: SHOWN_CHARS - 3] + "..."
+
+
+def _info(session: SessionId, key: KeyInfo) -> tuple[tuple[str, str], ...]:
+    return (("key_id", key.id), ("key_name", key.name), ("label", session.label))
+
+
+def _loop(session: SessionId, repeat: ToolRepeat, limit: int) -> SessionStoppedError:
+    return SessionStoppedError(
+        f"Session '{shown(session)}' is stopped: its agent called the tool "
+        f"'{repeat.name[:64]}' with the same arguments {repeat.count} times in a row "
+        f"(the loop guard allows {limit - 1}). Change the conversation, or start a new "
+        "session.",
+        reason="loop",
+        code="session_loop_detected",
+        should_retry=False,
+    )
+
+
+def _over(
+    session: SessionId,
+    reason: str,
+    use: SessionUse,
+    cost: tuple[float, int],
+    limits: SessionLimits,
+) -> SessionStoppedError:
+    """Spent: stopped, no retry. Held by the session's requests in flight: retry soon."""
+    name = f"Session '{shown(session)}'"
+    if reason == "budget":
+        assert limits.budget_usd is not None
+        spent = use.usd + cost[0] > limits.budget_usd
+        what = (
+            f"${use.usd:.4f} spent and ${use.held_usd:.4f} held by requests in flight, "
+            f"of its budget of ${limits.budget_usd:.2f}; this request may cost ${cost[0]:.4f}"
+        )
+    else:
+        assert limits.max_tokens is not None
+        spent = use.tokens + cost[1] > limits.max_tokens
+        what = (
+            f"{use.tokens} tokens used and {use.held_tokens} held by requests in flight, "
+            f"of its limit of {limits.max_tokens} tokens; this request may use {cost[1]}"
+        )
+    if spent:
+        message = f"{name} has reached its limit: {what}. Start a new session to go on."
+    else:
+        message = f"{name} is at its limit while its requests in flight run: {what}."
+    return SessionStoppedError(
+        message, reason=reason, code="session_budget_exceeded", should_retry=not spent
+    )
+
+
+def _unavailable(session: SessionId) -> ServiceUnavailableError:
+    return ServiceUnavailableError(
+        f"The limits of session '{shown(session)}' cannot be checked right now (the state "
+        "store is unavailable); requests of capped sessions are refused.",
+        code="budget_unavailable",
+        retry_after=5,
+        should_retry=True,
+    )

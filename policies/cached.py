@@ -1,0 +1,179 @@
+"""The ``cached_prefix`` ranker: a conversation stays where its prefix is cached, until
+that engine is too slow for it.
+
+Each turn of a long conversation resends the whole history; what it costs is mostly the
+part the chosen engine does not hold in its KV cache. For every candidate the step finds
+the longest link of the request's prefix chain the candidate holds (:mod:`policies.prefix`)
+and predicts TTFT with only the uncached tokens to prefill (:func:`predict_ttft_ms`).
+
+The *home* is the candidate holding the longest prefix of this conversation past the start
+many conversations share (tools and system prompt, ``RequestFacts.prefix_shared``; holding
+only that start makes no home, so new conversations spread by predicted TTFT). Between
+equal ones, and where none holds any, the request's session id picks the home by
+rendezvous hashing; with no session id, there is none. Candidates rank by predicted
+TTFT, the home's less ``margin_ms``: it keeps the request unless another is predicted
+faster by more than the margin (its queue grew: "sticky until saturated"). Engines (they
+report sequences) rank before APIs unless ``engines_first: false``. Put ``slo`` before it,
+and a home predicted to miss the target loses the request at once (spill) to an API that
+is predicted to meet it (or is not measured yet).
+
+A candidate without a predicted TTFT ranks as if it took 0 ms while it has a free slot (it
+gets traffic, and so gets measured; plus its busy share of a millisecond, so that a burst
+spreads), and after every measured one when it has a queue it cannot be seen to drain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from policies.facts import Candidate
+from policies.outcome import StepNote
+from policies.predict import predict_ttft_ms, queue_wait_ms
+from policies.prefix import HeldPrefix, held_prefix
+from policies.rankers import rendezvous_unit
+from policies.steps import Entry, FastOutcome, RouteContext, Step, StepOutcome
+
+UNMEASURED_QUEUE_MS = 1e9
+"""The key of a candidate with a queue and no rate to drain it: after every measured one."""
+
+NOT_AN_ENGINE_MS = 1e12
+"""Added to the key of a candidate that reports no sequences (an API), with
+``engines_first``: after every engine that is not refusing."""
+
+
+class CachedPrefixArgs(BaseModel):
+    """``cached_prefix: {margin_ms: 250, engines_first: true}``: how much faster another
+    candidate must be predicted than the home before the request leaves it; whether
+    engines (candidates that report their sequences: local and worker engines) rank
+    before the rest (APIs), which then take a request only where an earlier step (``slo``)
+    put them ahead."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    margin_ms: float = Field(default=250.0, ge=0)
+    engines_first: bool = True
+
+
+@dataclass(frozen=True)
+class _Estimate:
+    held: HeldPrefix | None
+    ttft_ms: float | None
+    key: float
+
+    @property
+    def cached(self) -> int:
+        return 0 if self.held is None else self.held.tokens
+
+
+def _estimate(ctx: RouteContext, cand: Candidate) -> _Estimate:
+    ttft = predict_ttft_ms(ctx.request, cand)
+    if ttft is not None:
+        key = ttft
+    else:
+        wait = queue_wait_ms(ctx.request, cand)
+        key = UNMEASURED_QUEUE_MS if wait is None or wait > 0 else _busy_share(cand)
+    return _Estimate(held_prefix(ctx.request, cand), ttft, key)
+
+
+def _busy_share(cand: Candidate) -> float:
+    """The share of an unmeasured candidate's capacity in use (0..1), as milliseconds: a
+    burst to unmeasured candidates spreads over them instead of filling the first."""
+    live = cand.live
+    capacity = live.slots_total or cand.facts.max_concurrency
+    if not capacity:
+        return 0.0
+    busy = max(live.in_flight, live.slots_busy or 0)
+    return min(busy / capacity, 1.0)
+
+
+def _home(ctx: RouteContext, cands: list[Candidate], ests: list[_Estimate]) -> int | None:
+    """The position of the candidate the request sticks to, if any: the one holding the
+    longest prefix past the shared start; between equal ones, or where none holds any,
+    where the session id hashes to."""
+    shared = ctx.request.prefix_shared
+    own = [e.held.tokens if e.held is not None and e.held.link >= shared else 0 for e in ests]
+    longest = max(own, default=0)
+    holders = [i for i, tokens in enumerate(own) if tokens == longest]
+    if longest > 0 and len(holders) == 1:
+        return holders[0]
+    session = ctx.request.session_id
+    if not session or not holders:
+        return None
+    return max(holders, key=lambda i: rendezvous_unit(session, cands[i].name))
+
+
+class CachedPrefix(Step):
+    """Prefix-cache placement: stay where the prompt is cached until that is slower."""
+
+    name = "cached_prefix"
+    args_model = CachedPrefixArgs
+
+    def __init__(self, args: CachedPrefixArgs | None = None) -> None:
+        self.args = args or CachedPrefixArgs()
+
+    def _keys(
+        self, ctx: RouteContext, cands: list[Candidate]
+    ) -> tuple[list[_Estimate], list[float], int | None, str | None]:
+        ests = [_estimate(ctx, cand) for cand in cands]
+        keys = [e.key for e in ests]
+        if self.args.engines_first:
+            keys = [k if c.live.slots_total is not None else k + NOT_AN_ENGINE_MS
+                    for k, c in zip(keys, cands, strict=True)]  # fmt: skip
+        home = _home(ctx, cands, ests)
+        remark = None
+        if home is not None:
+            keys[home] -= self.args.margin_ms
+            best = min(range(len(keys)), key=lambda i: (keys[i], i))
+            if best != home and ests[home].cached > 0:
+                remark = self._left(cands, ests, home, best)
+        return ests, keys, home, remark
+
+    def _left(self, cands: list[Candidate], ests: list[_Estimate], home: int, best: int) -> str:
+        return (
+            f"cached_prefix: left {cands[home].name} (holds ~{ests[home].cached} tok, "
+            f"ttft~{_ms(ests[home].ttft_ms)}ms) for {cands[best].name} "
+            f"(ttft~{_ms(ests[best].ttft_ms)}ms, margin {self.args.margin_ms:g}ms)"
+        )
+
+    def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
+        """Append each entry's key (predicted TTFT, the home's less the margin)."""
+        ests, keys, home, remark = self._keys(ctx, [e.candidate for e in entries])
+        for i, entry in enumerate(entries):
+            entry.keys.append(keys[i])
+            detail = _detail(ests[i], i == home)
+            entry.notes.append(StepNote(self.name, "score", detail, keys[i]))
+        return StepOutcome(kept=entries, remark=remark)
+
+    def apply_fast(self, ctx: RouteContext, cands: list[Candidate]) -> FastOutcome:
+        """:meth:`apply`'s keys; the home's note is kept for the candidates noted."""
+        _, keys, home, remark = self._keys(ctx, cands)
+        special: dict[int, StepNote] = {}
+        if home is not None:
+            est = _estimate(ctx, cands[home])
+            special[home] = StepNote(self.name, "score", _detail(est, True), keys[home])
+        return FastOutcome(list(range(len(cands))), keys=keys, remark=remark, special=special)
+
+    def note(self, ctx: RouteContext, cand: Candidate) -> StepNote:
+        """A score note for a candidate that is not the home."""
+        est = _estimate(ctx, cand)
+        key = est.key
+        if self.args.engines_first and cand.live.slots_total is None:
+            key += NOT_AN_ENGINE_MS
+        return StepNote(self.name, "score", _detail(est, False), key)
+
+    def describe(self) -> str:
+        """The step with its margin (and ``engines_first`` when off)."""
+        text = f"{self.name}(margin_ms={self.args.margin_ms:g}"
+        return text + (")" if self.args.engines_first else ",engines_first=False)")
+
+
+def _ms(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f}"
+
+
+def _detail(est: _Estimate, home: bool) -> str:
+    held = "none held" if est.held is None else f"holds ~{est.held.tokens} tok"
+    text = f"{held} ttft~{_ms(est.ttft_ms)}ms"
+    return text + " home" if home else text

@@ -1,0 +1,158 @@
+"""``cached_prefix`` and prefix-aware predictions: TTFT counts only what the engine lacks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from policies import Candidate, Policy, RequestFacts, predict_ttft_ms, queue_wait_ms
+from policies.prefix import cached_tokens, held_prefix
+
+Make = Callable[..., Candidate]
+
+# a conversation's chain: system prompt (1000 chars), first turn (to 1600), this turn (2000)
+CHAIN = (("sys", 1000), ("turn1", 1600), ("turn2", 2000))
+REQ = RequestFacts(prompt_tokens=500, max_tokens=10, prefix_chain=CHAIN)
+FAST = {"prefill_tokens_per_s": 1000.0, "slots_total": 4, "slots_busy": 0}
+
+
+def test_cached_tokens_are_the_longest_held_links_share_of_the_prompt(make: Make) -> None:
+    cand = make("a", held_prefixes={"sys": 260, "turn1": 410}, **FAST)
+    found = held_prefix(REQ, cand)
+    assert found is not None and (found.link, found.engine_tokens) == (1, 410)
+    assert cached_tokens(REQ, cand) == 400  # 500 x 1600/2000
+    assert cached_tokens(REQ, make("b", held_prefixes={"other": 5}, **FAST)) == 0
+    assert cached_tokens(RequestFacts(prompt_tokens=500), cand) == 0
+
+
+def test_predicted_ttft_prefills_only_uncached_tokens(make: Make) -> None:
+    cold = make("cold", **FAST)
+    warm = make("warm", held_prefixes={"sys": 260, "turn1": 410}, **FAST)
+    assert predict_ttft_ms(REQ, cold) == 500.0
+    assert predict_ttft_ms(REQ, warm) == 100.0
+    ranked = Policy.parse([{"fastest": {"by": "ttft"}}]).route(REQ, [cold, warm])
+    assert ranked.names == ["warm", "cold"]
+
+
+def test_a_full_engine_queue_never_drains_for_this_request(make: Make) -> None:
+    full = make(
+        "full", slots_total=1, slots_busy=1, queue_depth=2, queue_limit=2, ewma_service_ms=100.0
+    )
+    assert queue_wait_ms(REQ, full) == float("inf")
+    room = make(
+        "room", slots_total=1, slots_busy=1, queue_depth=1, queue_limit=2, ewma_service_ms=100.0
+    )
+    assert queue_wait_ms(REQ, room) == 200.0
+
+
+def test_the_gateways_own_requests_there_count_as_busy_slots(make: Make) -> None:
+    """An engine's report may be a poll old: requests sent since fill its slots."""
+    stale = make("stale", slots_total=1, slots_busy=0, in_flight=1, ewma_service_ms=300.0)
+    assert queue_wait_ms(REQ, stale) == 300.0
+    assert queue_wait_ms(REQ, make("idle", slots_total=1, slots_busy=0)) == 0.0
+
+
+def test_the_engine_holding_the_prefix_keeps_the_request_within_the_margin(make: Make) -> None:
+    home = make(
+        "home", held_prefixes={"sys": 260, "turn1": 410}, **{**FAST, "prefill_tokens_per_s": 300.0}
+    )
+    other = make("other", held_prefixes={"sys": 260}, **FAST)
+    # home: 100 tokens at 300/s = 333 ms; other: 250 tokens at 1000/s = 250 ms
+    decision = Policy.parse(["cached_prefix"]).route(REQ, [other, home])
+    assert decision.names == ["home", "other"]
+    assert decision.ranked[0].notes[0].detail == "holds ~400 tok ttft~333ms home"
+    assert decision.ranked[1].notes[0].detail == "holds ~250 tok ttft~250ms"
+    assert decision.remarks == ()
+    tight = Policy.parse([{"cached_prefix": {"margin_ms": 10}}]).route(REQ, [other, home])
+    assert tight.names == ["other", "home"]
+    assert tight.remarks == (
+        "cached_prefix: left home (holds ~400 tok, ttft~333ms) for other (ttft~250ms, margin 10ms)",
+    )
+
+
+def test_holding_only_the_start_conversations_share_makes_no_home(make: Make) -> None:
+    """Every agent session starts with the same tools and system prompt: an engine holding
+    only those is not a new session's home, so new sessions spread by predicted TTFT."""
+    warm = make("warm", held_prefixes={"sys": 260}, **{**FAST, "prefill_tokens_per_s": 400.0})
+    cold = make("cold", **FAST)  # 500 ms to warm's 250 uncached at 400/s = 625 ms
+    new_session = replace(REQ, prefix_shared=1)
+    assert Policy.parse(["cached_prefix"]).route(new_session, [warm, cold]).names == [
+        "cold",
+        "warm",
+    ]
+    assert Policy.parse(["cached_prefix"]).route(REQ, [warm, cold]).names == ["warm", "cold"]
+
+
+def test_a_saturated_home_is_left_for_an_idle_candidate(make: Make) -> None:
+    busy = {"slots_total": 1, "slots_busy": 1, "queue_depth": 1, "ewma_service_ms": 2000.0}
+    home = make("home", held_prefixes={"turn1": 410}, prefill_tokens_per_s=1000.0, **busy)
+    idle = make("idle", **FAST)
+    decision = Policy.parse(["cached_prefix"]).route(REQ, [home, idle])
+    assert decision.names == ["idle", "home"]
+    assert decision.remarks[0].startswith("cached_prefix: left home (holds ~400 tok, ttft~4100ms)")
+
+
+def test_unmeasured_candidates_rank_by_free_slots(make: Make) -> None:
+    """No figures yet: a free slot ranks as 0 ms (it gets measured), a queue with no rate
+    to drain it after everyone measured."""
+    stuck = make("stuck", slots_total=1, slots_busy=1, queue_depth=1)
+    new = make("new", slots_total=2, slots_busy=0)
+    slow = make("slow", slots_total=4, slots_busy=0, prefill_tokens_per_s=10.0)
+    policy = Policy.parse(["cached_prefix"])
+    assert policy.route(REQ, [stuck, slow, new]).names == ["new", "slow", "stuck"]
+    # a burst to two unmeasured engines spreads: the one with a request in flight is second
+    started = make("started", slots_total=2, slots_busy=0, in_flight=1)
+    assert policy.route(REQ, [started, new]).names == ["new", "started"]
+
+
+def test_equal_prefixes_go_where_the_session_hashes_to(make: Make) -> None:
+    fleet = [make(name, held_prefixes={"sys": 260}, **FAST) for name in ("a", "b", "c")]
+    policy = Policy.parse(["cached_prefix"])
+    chosen = set()
+    for session in [f"s{i}" for i in range(12)]:
+        request = RequestFacts(prompt_tokens=500, prefix_chain=CHAIN, session_id=session)
+        first = policy.route(request, fleet).names[0]
+        assert policy.route(request, list(reversed(fleet))).names[0] == first  # stable
+        chosen.add(first)
+    assert chosen == {"a", "b", "c"}
+    # without a session id equal prefixes leave the order to the predictions (a tie here)
+    assert policy.route(REQ, fleet).names == ["a", "b", "c"]
+
+
+def test_slo_spills_from_the_home_engine_with_a_reason(make: Make) -> None:
+    busy = {"slots_total": 1, "slots_busy": 1, "queue_depth": 0, "ewma_service_ms": 3000.0}
+    local = make("local", held_prefixes={"turn1": 410}, prefill_tokens_per_s=1000.0, **busy)
+    api = make("api", backend="openai", ewma_ttft_ms=400.0)
+    policy = Policy.parse(["healthy", {"slo": {"ttft_ms": 1500}}, "cached_prefix"])
+    decision = policy.route(REQ, [local, api])
+    assert decision.names == ["api", "local"]
+    spill = "spill: predicted ttft 3100 ms > slo 1500 ms on local"
+    assert decision.remarks[0] == spill
+    assert spill in decision.reason()
+    fast = policy.route(REQ, [local, api], explain=False)
+    assert fast.names == decision.names and fast.reason() == decision.reason()
+    # idle, the same engine keeps it, and nothing spills
+    idle = make("local", held_prefixes={"turn1": 410}, **FAST)
+    kept = policy.route(REQ, [idle, api])
+    assert kept.names == ["local", "api"] and kept.remarks == ()
+
+
+def test_engines_come_before_apis_unless_an_earlier_step_put_an_api_ahead(make: Make) -> None:
+    engine = make("local", held_prefixes={"sys": 260}, **FAST)  # ttft 250 ms
+    api = make("api", backend="openai", ewma_ttft_ms=50.0)
+    new_session = replace(REQ, prefix_shared=1)  # no home: the faster comes first
+    policy = Policy.parse([{"slo": {"ttft_ms": 1500}}, "cached_prefix"])
+    assert policy.route(new_session, [api, engine]).names == ["local", "api"]
+    fastest = Policy.parse(
+        [{"slo": {"ttft_ms": 1500}}, {"cached_prefix": {"engines_first": False}}]
+    )
+    assert fastest.route(new_session, [api, engine]).names == ["api", "local"]
+    full = make("local", slots_total=1, slots_busy=1, queue_depth=2, queue_limit=2)
+    assert Policy.parse(["cached_prefix"]).route(REQ, [full, api]).names == ["api", "local"]
+
+
+def test_the_policy_names_its_steps() -> None:
+    policy = Policy.parse([{"slo": {"ttft_ms": 1500}}, {"cached_prefix": {"margin_ms": 100}}])
+    assert policy.describe() == "slo(ttft_ms=1500.0) > cached_prefix(margin_ms=100)"
+    off = Policy.parse([{"cached_prefix": {"engines_first": False}}])
+    assert off.describe() == "cached_prefix(margin_ms=250,engines_first=False)"
