@@ -307,10 +307,17 @@ POLICIES: dict[str, list[object]] = {
 
 
 def simulate(
-    name: str, trace: Sequence[Arrival], w: Workload, api: ApiSpec, local: Sequence[EngineSpec]
+    name: str,
+    trace: Sequence[Arrival],
+    w: Workload,
+    api: ApiSpec,
+    local: Sequence[EngineSpec],
+    steps: Sequence[object] | None = None,
 ) -> Result:
-    """Replay the trace under one policy; return every finished job and the bill."""
-    policy, result = Policy.parse(POLICIES[name]), Result(name)
+    """Replay the trace under one policy (``steps``, else :data:`POLICIES` by ``name``);
+    return every finished job and the bill."""
+    policy = Policy.parse(POLICIES[name] if steps is None else steps)
+    result = Result(name)
     events: list[tuple[float, int, Callable[[float], None]]] = []
     order = itertools.count()  # ties in time run in the order they were scheduled
 
