@@ -148,6 +148,16 @@ class HTTPSettings(BaseModel):
     protect_ops: bool = Field(
         default=False, description="/metrics and readiness figures need the master key"
     )
+    body_buffers_mb: float = Field(
+        default=256.0,
+        ge=10.0,
+        description="request bodies still arriving hold at most this much in all (503 past it)",
+    )
+    body_buffers_per_key_mb: float = Field(
+        default=64.0,
+        ge=10.0,
+        description="... and for one key (429 past it), so one key's uploads spare the others",
+    )
 
 
 class ResponsesSettings(BaseModel):

@@ -20,6 +20,7 @@ from gateway.config import CacheRule, GatewayConfig
 from gateway.dispatch import Gateway, ReplicaSync
 from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.hosted.context import HostedContext
+from gateway.http.bodies import BodyBuffers
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
 from gateway.http.intake import Services
@@ -157,7 +158,14 @@ def _services(store: StateStore, config: GatewayConfig) -> Services:
         protect_ops=config.http.protect_ops,
         hosted_tools=config.responses.hosted_tools,
         hosted_by_model=_hosted_by_model(config),
+        bodies=BodyBuffers(
+            _mb(config.http.body_buffers_mb), _mb(config.http.body_buffers_per_key_mb)
+        ),
     )
+
+
+def _mb(megabytes: float) -> int:
+    return int(megabytes * 1_000_000)
 
 
 def _hosted_by_model(config: GatewayConfig) -> dict[str, HostedTools]:
@@ -173,6 +181,8 @@ def _reconfigure(services: Services, config: GatewayConfig) -> None:
     services.cache.rules = _cache_rules(config)
     services.responses.ttl_s = config.responses.ttl_s
     services.responses.max_bytes = int(config.responses.max_bytes)
+    services.bodies.total = _mb(config.http.body_buffers_mb)
+    services.bodies.per_key = _mb(config.http.body_buffers_per_key_mb)
     services.hosted_tools = config.responses.hosted_tools
     services.hosted_by_model = _hosted_by_model(config)
     services.send_timeout_s = config.http.send_timeout_s

@@ -20,6 +20,7 @@ from gateway.dispatch import Gateway
 from gateway.errors import ServiceUnavailableError
 from gateway.hosted.context import HostedContext
 from gateway.http.asgi import JSONBody
+from gateway.http.bodies import BodyBuffers, BodyLease
 from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_tools import HostedTools
 from gateway.ingress.store import ResponseStore
@@ -52,6 +53,7 @@ class Services:
     hosted_tools: HostedTools = "drop"
     hosted_by_model: dict[str, HostedTools] = field(default_factory=dict)
     hosted: HostedContext = field(default_factory=HostedContext)
+    bodies: BodyBuffers = field(default_factory=lambda: BodyBuffers(256_000_000, 64_000_000))
 
     def hosted_for(self, model: str) -> HostedTools:
         """What ``/v1/responses`` does with hosted tools for ``model``."""
@@ -78,7 +80,11 @@ async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arr
     """The caller's key, then the body: a request with a bad key is refused before its
     body is read."""
     services, gateway, key = await authenticated(scope, x_api_key)
-    body = await read_body(scope, receive)
+    lease = services.bodies.lease(key.id)
+    try:
+        body = await read_body(scope, receive, lease=lease)
+    finally:
+        lease.release()
     facts = request_facts(scope)
     request_id = scope["state"].get("request_id", "")
     return Arrival(services, gateway, key, body, facts, request_id, session_header(scope))
@@ -148,8 +154,11 @@ def credentials(scope: Scope, x_api_key: bool = False) -> str | None:
     return authorization
 
 
-async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The request body; 413 past ``limit`` bytes (announced or received)."""
+async def read_body(
+    scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES, lease: BodyLease | None = None
+) -> bytes:
+    """The request body; 413 past ``limit`` bytes (announced or received). ``lease``
+    counts its bytes against the bodies being received (:mod:`gateway.http.bodies`)."""
     announced = _header(scope, b"content-length")
     if announced is not None and announced.isdigit() and int(announced) > limit:
         raise RequestEntityTooLarge
@@ -166,6 +175,8 @@ async def read_body(scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES)
             size += len(chunk)
             if size > limit:
                 raise RequestEntityTooLarge
+            if lease is not None:
+                lease.take(len(chunk))
             parts.append(chunk)
         if not message.get("more_body", False):
             return parts[0] if len(parts) == 1 else b"".join(parts)
