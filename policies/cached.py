@@ -93,9 +93,9 @@ def _home(ctx: RouteContext, cands: list[Candidate], ests: list[_Estimate]) -> i
     longest prefix past the shared start; between equal ones, or where none holds any,
     where the session id hashes to."""
     shared = ctx.request.prefix_shared
-    own = [e.held.tokens if e.held is not None and e.held.link >= shared else 0 for e in ests]
+    own = [e.held.chars if e.held is not None and e.held.link >= shared else 0 for e in ests]
     longest = max(own, default=0)
-    holders = [i for i, tokens in enumerate(own) if tokens == longest]
+    holders = [i for i, chars in enumerate(own) if chars == longest]
     if longest > 0 and len(holders) == 1:
         return holders[0]
     session = ctx.request.session_id

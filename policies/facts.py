@@ -140,6 +140,9 @@ class LiveFigures:
     consistent unit (tokens, blocks, bytes). ``queue_limit`` is the most requests the
     engine lets wait (it refuses more). ``held_prefixes`` maps the prefix links whose KV
     the engine holds (or was just sent) to their depth in tokens.
+    ``tokens_per_char`` is the engine's tokens per character of canonical prompt content
+    (``gateway.protocol.prefix``), calibrated from the depths it reports: the request's
+    size there is its characters at this ratio rather than the gateway's own estimate.
     """
 
     ewma_ttft_ms: float | None = None
@@ -158,6 +161,7 @@ class LiveFigures:
     prefill_backlog_tokens: int = 0
     queue_limit: int | None = None
     held_prefixes: Mapping[str, int] = field(default_factory=dict, hash=False)
+    tokens_per_char: float | None = None
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ The model is deliberately simple, so that a routing decision can be explained in
 * TTFT: max(queue wait, prefill backlog ÷ prefill rate) + uncached prompt tokens ÷
   prefill rate + the candidate's fixed ``base_ttft_ms``: prompts already in slots are
   processed first, and a queued request's wait usually outlasts them. Uncached: the
-  prompt less the longest prefix the candidate holds in its KV cache
-  (:mod:`policies.prefix`). When no prefill rate is known: queue wait + the measured
-  EWMA TTFT.
+  prompt less the longest prefix the candidate holds in its KV cache, both in the
+  candidate's own tokens (:mod:`policies.prefix`). When no prefill rate is known: queue
+  wait + the measured EWMA TTFT.
 * TPOT: the larger of the measured EWMA inter-token latency and the share of the engine's
   aggregate decode rate one more stream would get, ``(busy + 1) / decode_tokens_per_s``.
 * cost: prompt x input price + expected output x output price. Local deployments priced
@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from policies.facts import Candidate, RequestFacts
-from policies.prefix import cached_tokens
+from policies.prefix import uncached_tokens
 
 KV_SATURATED = 0.95
 """KV occupancy (used ÷ total) from which a deployment is treated as having no free slot."""
@@ -60,7 +60,7 @@ def prefill_ms(request: RequestFacts, cand: Candidate) -> float | None:
     rate = cand.live.prefill_tokens_per_s
     if not rate:
         return None
-    return 1000.0 * (request.prompt_tokens - cached_tokens(request, cand)) / rate
+    return 1000.0 * uncached_tokens(request, cand) / rate
 
 
 def queue_wait_ms(request: RequestFacts, cand: Candidate) -> float | None:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from policies.facts import Candidate
 from policies.outcome import StepNote
 from policies.predict import predict_tpot_ms, predict_ttft_ms
-from policies.prefix import cached_tokens
+from policies.prefix import cached_chars
 from policies.steps import Entry, FastOutcome, RouteContext, Step, StepOutcome
 
 _MEETS, _UNKNOWN = 0.0, 1.0
@@ -87,7 +87,7 @@ def _spill(
     target = args.ttft_ms
     if target is None or not cands:
         return None
-    cached = [cached_tokens(ctx.request, cand) for cand in cands]
+    cached = [cached_chars(ctx.request, cand) for cand in cands]
     lead = max(range(len(cands)), key=lambda i: (cached[i], -i))
     ttft = ests[lead].ttft_ms
     if ttft is None or ttft <= target:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from policies import Candidate, Policy, RequestFacts, predict_ttft_ms, queue_wait_ms
-from policies.prefix import cached_tokens, held_prefix
+from policies.prefix import cached_tokens, held_prefix, prompt_tokens_on, uncached_tokens
 
 Make = Callable[..., Candidate]
 
@@ -16,18 +16,18 @@ REQ = RequestFacts(prompt_tokens=500, max_tokens=10, prefix_chain=CHAIN)
 FAST = {"prefill_tokens_per_s": 1000.0, "slots_total": 4, "slots_busy": 0}
 
 
-def test_cached_tokens_are_the_longest_held_links_share_of_the_prompt(make: Make) -> None:
-    cand = make("a", held_prefixes={"sys": 260, "turn1": 410}, **FAST)
+def test_cached_tokens_are_the_engines_depth_of_the_longest_held_link(make: Make) -> None:
+    cand = make("a", held_prefixes={"sys": 250, "turn1": 400}, **FAST)
     found = held_prefix(REQ, cand)
-    assert found is not None and (found.link, found.engine_tokens) == (1, 410)
-    assert cached_tokens(REQ, cand) == 400  # 500 x 1600/2000
+    assert found is not None and (found.link, found.chars, found.tokens) == (1, 1600, 400)
+    assert cached_tokens(REQ, cand) == 400
     assert cached_tokens(REQ, make("b", held_prefixes={"other": 5}, **FAST)) == 0
     assert cached_tokens(RequestFacts(prompt_tokens=500), cand) == 0
 
 
 def test_predicted_ttft_prefills_only_uncached_tokens(make: Make) -> None:
     cold = make("cold", **FAST)
-    warm = make("warm", held_prefixes={"sys": 260, "turn1": 410}, **FAST)
+    warm = make("warm", held_prefixes={"sys": 250, "turn1": 400}, **FAST)
     assert predict_ttft_ms(REQ, cold) == 500.0
     assert predict_ttft_ms(REQ, warm) == 100.0
     ranked = Policy.parse([{"fastest": {"by": "ttft"}}]).route(REQ, [cold, warm])
@@ -54,9 +54,9 @@ def test_the_gateways_own_requests_there_count_as_busy_slots(make: Make) -> None
 
 def test_the_engine_holding_the_prefix_keeps_the_request_within_the_margin(make: Make) -> None:
     home = make(
-        "home", held_prefixes={"sys": 260, "turn1": 410}, **{**FAST, "prefill_tokens_per_s": 300.0}
+        "home", held_prefixes={"sys": 250, "turn1": 400}, **{**FAST, "prefill_tokens_per_s": 300.0}
     )
-    other = make("other", held_prefixes={"sys": 260}, **FAST)
+    other = make("other", held_prefixes={"sys": 250}, **FAST)
     # home: 100 tokens at 300/s = 333 ms; other: 250 tokens at 1000/s = 250 ms
     decision = Policy.parse(["cached_prefix"]).route(REQ, [other, home])
     assert decision.names == ["home", "other"]
@@ -73,7 +73,7 @@ def test_the_engine_holding_the_prefix_keeps_the_request_within_the_margin(make:
 def test_holding_only_the_start_conversations_share_makes_no_home(make: Make) -> None:
     """Every agent session starts with the same tools and system prompt: an engine holding
     only those is not a new session's home, so new sessions spread by predicted TTFT."""
-    warm = make("warm", held_prefixes={"sys": 260}, **{**FAST, "prefill_tokens_per_s": 400.0})
+    warm = make("warm", held_prefixes={"sys": 250}, **{**FAST, "prefill_tokens_per_s": 400.0})
     cold = make("cold", **FAST)  # 500 ms to warm's 250 uncached at 400/s = 625 ms
     new_session = replace(REQ, prefix_shared=1)
     assert Policy.parse(["cached_prefix"]).route(new_session, [warm, cold]).names == [
@@ -85,7 +85,7 @@ def test_holding_only_the_start_conversations_share_makes_no_home(make: Make) ->
 
 def test_a_saturated_home_is_left_for_an_idle_candidate(make: Make) -> None:
     busy = {"slots_total": 1, "slots_busy": 1, "queue_depth": 1, "ewma_service_ms": 2000.0}
-    home = make("home", held_prefixes={"turn1": 410}, prefill_tokens_per_s=1000.0, **busy)
+    home = make("home", held_prefixes={"turn1": 400}, prefill_tokens_per_s=1000.0, **busy)
     idle = make("idle", **FAST)
     decision = Policy.parse(["cached_prefix"]).route(REQ, [home, idle])
     assert decision.names == ["idle", "home"]
@@ -106,7 +106,7 @@ def test_unmeasured_candidates_rank_by_free_slots(make: Make) -> None:
 
 
 def test_equal_prefixes_go_where_the_session_hashes_to(make: Make) -> None:
-    fleet = [make(name, held_prefixes={"sys": 260}, **FAST) for name in ("a", "b", "c")]
+    fleet = [make(name, held_prefixes={"sys": 250}, **FAST) for name in ("a", "b", "c")]
     policy = Policy.parse(["cached_prefix"])
     chosen = set()
     for session in [f"s{i}" for i in range(12)]:
@@ -121,7 +121,7 @@ def test_equal_prefixes_go_where_the_session_hashes_to(make: Make) -> None:
 
 def test_slo_spills_from_the_home_engine_with_a_reason(make: Make) -> None:
     busy = {"slots_total": 1, "slots_busy": 1, "queue_depth": 0, "ewma_service_ms": 3000.0}
-    local = make("local", held_prefixes={"turn1": 410}, prefill_tokens_per_s=1000.0, **busy)
+    local = make("local", held_prefixes={"turn1": 400}, prefill_tokens_per_s=1000.0, **busy)
     api = make("api", backend="openai", ewma_ttft_ms=400.0)
     policy = Policy.parse(["healthy", {"slo": {"ttft_ms": 1500}}, "cached_prefix"])
     decision = policy.route(REQ, [local, api])
@@ -132,13 +132,13 @@ def test_slo_spills_from_the_home_engine_with_a_reason(make: Make) -> None:
     fast = policy.route(REQ, [local, api], explain=False)
     assert fast.names == decision.names and fast.reason() == decision.reason()
     # idle, the same engine keeps it, and nothing spills
-    idle = make("local", held_prefixes={"turn1": 410}, **FAST)
+    idle = make("local", held_prefixes={"turn1": 400}, **FAST)
     kept = policy.route(REQ, [idle, api])
     assert kept.names == ["local", "api"] and kept.remarks == ()
 
 
 def test_engines_come_before_apis_unless_an_earlier_step_put_an_api_ahead(make: Make) -> None:
-    engine = make("local", held_prefixes={"sys": 260}, **FAST)  # ttft 250 ms
+    engine = make("local", held_prefixes={"sys": 250}, **FAST)  # ttft 250 ms
     api = make("api", backend="openai", ewma_ttft_ms=50.0)
     new_session = replace(REQ, prefix_shared=1)  # no home: the faster comes first
     policy = Policy.parse([{"slo": {"ttft_ms": 1500}}, "cached_prefix"])
@@ -156,3 +156,36 @@ def test_the_policy_names_its_steps() -> None:
     assert policy.describe() == "slo(ttft_ms=1500.0) > cached_prefix(margin_ms=100)"
     off = Policy.parse([{"cached_prefix": {"engines_first": False}}])
     assert off.describe() == "cached_prefix(margin_ms=250,engines_first=False)"
+
+
+# an engine whose tokens are 4/3 characters: 0.75 tokens a character, 1500 for the prompt
+DENSE = {"sys": 750, "turn1": 1200}
+
+
+def test_the_prompt_is_counted_in_the_engines_tokens(make: Make) -> None:
+    """The holder's depth over its characters sizes the prompt there; a candidate holding
+    nothing uses its calibrated ratio, and without one the request's own estimate."""
+    home = make("home", held_prefixes=DENSE, **FAST)
+    assert prompt_tokens_on(REQ, home, held_prefix(REQ, home)) == 1500
+    assert (cached_tokens(REQ, home), uncached_tokens(REQ, home)) == (1200, 300)
+    assert predict_ttft_ms(REQ, home) == 300.0
+    calibrated = make("calibrated", tokens_per_char=0.75, **FAST)
+    assert uncached_tokens(REQ, calibrated) == 1500
+    assert predict_ttft_ms(REQ, calibrated) == 1500.0
+    assert uncached_tokens(REQ, make("unknown", **FAST)) == 500
+    assert uncached_tokens(RequestFacts(prompt_tokens=7), calibrated) == 7  # no chain
+
+
+def test_a_calibrated_ratio_keeps_the_conversation_home(make: Make) -> None:
+    """Counted by the gateway's estimate, an empty engine looks three times cheaper than it
+    is and takes the conversation from its cache; counted in the engine's tokens, not."""
+    home = make("home", held_prefixes=DENSE, **{**FAST, "prefill_tokens_per_s": 300.0})
+    policy = Policy.parse(["cached_prefix"])
+    guessed = make("other", **FAST)  # 500 estimated tokens: 500 ms to home's 1000 ms
+    assert policy.route(REQ, [home, guessed]).names == ["other", "home"]
+    measured = make("other", tokens_per_char=0.75, **FAST)  # 1500 tokens: 1500 ms
+    decision = policy.route(REQ, [home, measured])
+    assert decision.names == ["home", "other"]
+    assert decision.ranked[0].notes[0].detail == "holds ~1200 tok ttft~1000ms home"
+    fast = policy.route(REQ, [home, measured], explain=False)
+    assert fast.names == decision.names and fast.reason() == decision.reason()

@@ -44,6 +44,7 @@ live_figures = st.builds(
     prefill_backlog_tokens=st.integers(0, 5000),
     queue_limit=st.none() | st.integers(1, 20),
     held_prefixes=st.sampled_from([{}, {"h1": 100}, {"h1": 100, "h2": 300}, {"h3": 900}]),
+    tokens_per_char=st.none() | st.floats(0.05, 4.0),
 ) | st.just(LiveFigures())
 
 pricing = st.one_of(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from backends.base import LiveStats
@@ -19,6 +19,9 @@ from policies import LiveFigures
 
 ALPHA = 0.2  # EWMA weight of the newest sample: about the last ten requests matter
 WINDOW_S = 30.0
+TOKENS_PER_CHAR = (0.05, 4.0)
+"""The range a calibrated tokens-per-character ratio is held to (a report is never trusted
+past what any tokenizer does)."""
 
 
 def _ewma(current: float | None, sample: float) -> float:
@@ -64,6 +67,11 @@ class DeploymentTracker:
     sent: SentPrefixes = field(init=False, repr=False)
     _born: float = field(init=False, repr=False)
     """Prefix links of requests sent here lately, held before the engine reports them."""
+    tokens_per_char: float | None = None
+    """The engine's tokens per character of prompt content, an EWMA over its reports."""
+    _calibrated_on: object = field(default=None, repr=False)
+    """The engine's last report of held links calibrated from (the same object while it
+    has not changed)."""
     _last: tuple[tuple[object, ...], LiveFigures] | None = field(default=None, repr=False)
     """The figures last built and what they were built from: routing asks for every
     candidate's figures per request, and most have not changed since."""
@@ -131,10 +139,21 @@ class DeploymentTracker:
         values = [v for v in (own, *(p.get(name) for p in self.peers)) if v is not None]
         return sum(values) / len(values) if values else None
 
+    def _calibrate(self, reported: Mapping[str, int]) -> None:
+        """Fold a new report's tokens per character into the EWMA (once per report)."""
+        if reported is self._calibrated_on:
+            return
+        self._calibrated_on = reported
+        sample = self.sent.calibrate(reported)
+        if sample is not None:
+            low, high = TOKENS_PER_CHAR
+            self.tokens_per_char = _ewma(self.tokens_per_char, min(max(sample, low), high))
+
     def figures(self, engine: LiveStats) -> LiveFigures:
         now = self.clock()
         self._trim(now)
         self.sent.expire()
+        self._calibrate(engine.held_prefixes)
         inputs = (
             self.ewma_ttft_ms,
             self.ewma_itl_ms,
@@ -146,6 +165,7 @@ class DeploymentTracker:
             int(min(now - self._born, WINDOW_S)),
             self.peers,
             self.sent.version,
+            self.tokens_per_char,
             engine,
         )
         last = self._last
@@ -167,7 +187,8 @@ class DeploymentTracker:
             decode_tokens_per_s=engine.decode_tokens_per_s,
             prefill_backlog_tokens=max(0, self.prefill_backlog_tokens),
             queue_limit=engine.queue_limit,
-            held_prefixes=self.sent.over(engine.held_prefixes),
+            held_prefixes=self.sent.over(engine.held_prefixes, self.tokens_per_char),
+            tokens_per_char=self.tokens_per_char,
         )
         self._last = inputs, figures
         return figures

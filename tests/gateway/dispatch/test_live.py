@@ -7,7 +7,7 @@ import tracemalloc
 import pytest
 
 from backends.base import LiveStats
-from gateway.dispatch.health.live import WINDOW_S, DeploymentTracker
+from gateway.dispatch.health.live import TOKENS_PER_CHAR, WINDOW_S, DeploymentTracker
 from gateway.dispatch.health.sent import SENT_MAX, SENT_TTL_S
 
 
@@ -67,6 +67,37 @@ def test_prefixes_sent_count_as_held_until_the_engine_can_say_so() -> None:
     assert set(held) == {"sys", "older", "turn"} and len(held) == 3
     clock.now += SENT_TTL_S + 0.1
     assert dict(tracker.figures(reported).held_prefixes) == {"sys": 240, "older": 90}
+
+
+def test_the_engines_tokens_per_character_come_from_its_reports() -> None:
+    """An engine reporting links the gateway sent says how many of its tokens a character
+    is: each new report is folded in once, and links sent since are that deep."""
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    assert tracker.figures(LiveStats()).tokens_per_char is None
+    tracker.begin(500, (("sys", 1000), ("turn", 2000)))
+    reported = LiveStats(held_prefixes={"sys": 750, "turn": 1500, "older": 90})
+    figures = tracker.figures(reported)
+    assert figures.tokens_per_char == pytest.approx(0.75)
+    assert tracker.figures(reported).tokens_per_char == pytest.approx(0.75)  # once a report
+    tracker.begin(700, (("sys", 1000), ("turn", 2000), ("turn2", 2800)))
+    held = tracker.figures(reported).held_prefixes
+    assert (held["sys"], held["turn2"]) == (750, 2100)  # not 700 estimated tokens x 1000/2800
+    newer = LiveStats(held_prefixes={"sys": 1000, "turn": 2000, "turn2": 2800})
+    assert tracker.figures(newer).tokens_per_char == pytest.approx(0.8)  # EWMA: 0.75 -> 1.0
+
+
+def test_an_absurd_report_is_held_to_what_a_tokenizer_does() -> None:
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    tracker.begin(10, (("sys", 10),))
+    assert (
+        tracker.figures(LiveStats(held_prefixes={"sys": 10**6})).tokens_per_char
+        == (TOKENS_PER_CHAR[1])
+    )
+    other = DeploymentTracker(clock=clock)
+    other.begin(10, (("sys", 10),))
+    assert other.figures(LiveStats(held_prefixes={"other": 3})).tokens_per_char is None
 
 
 def test_prefixes_sent_are_bounded() -> None:
