@@ -59,7 +59,11 @@ class InputItem(RequestModel):
     arguments: str | None = None
     input: str | None = None
     output: str | list[InputPart] | None = None
-    tools: list[FunctionTool] | list[dict[str, JsonValue]] | None = None
+    # left to right: ``additional_tools`` carries tools of the request's kind; only what is
+    # not one (an ``mcp_list_tools`` item's server tools) stays plain JSON
+    tools: list[FunctionTool] | list[dict[str, JsonValue]] | None = Field(
+        default=None, union_mode="left_to_right"
+    )
     encrypted_content: str | None = None
     id: str | None = None
     status: str | None = None

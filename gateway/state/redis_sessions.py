@@ -87,8 +87,10 @@ return {{allowed, reason, string.format('%.17g', spent), tostring(used),
 """
 
 # KEYS: the index. ARGV: score, member, members kept, ttl ms.
+# GT: two settlements of one session may write here out of order, and a session's spend
+# only grows while it lives (an expired one leaves the index before it can come back)
 INDEX = """
-redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[1], 'GT', ARGV[1], ARGV[2])
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -tonumber(ARGV[3]) - 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
@@ -159,7 +161,7 @@ class RedisSessions:
                 out.append(_use(scope, fields))
             else:  # the session expired: its index entry goes too
                 await self._forget(scope)
-        return out
+        return sorted(out, key=lambda use: use.usd, reverse=True)
 
     async def _fields(self, scope: str) -> dict[str, str]:
         tag = f"{self._prefix}:{{{scope}}}:session"

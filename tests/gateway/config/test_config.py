@@ -150,8 +150,8 @@ def test_every_problem_comes_out_at_its_line_in_one_pass(tmp_path: Path) -> None
         "12: models.chat.candidates.1: no deployment is named 'lcoal' (deployments: local, "
         "remote); did you mean 'local'?",
         "13: models.chat.policy.1: step 1 (fastets): unknown primitive 'fastets' (known: "
-        "affinity, capable, cheapest, fastest, first, fits_memory, healthy, largest, "
-        "least_loaded, size, slo, smallest, weighted, within_budget, hedge)",
+        "affinity, cached_prefix, capable, cheapest, fastest, first, fits_memory, healthy, "
+        "largest, least_loaded, size, slo, smallest, weighted, within_budget, hedge)",
         "13: models.chat.policy.2: step 2 (slo): ttft_ms: Input should be a valid number, "
         "unable to parse string as a number",
         "17: models.other.candidates.1: no deployment is named 'gone' (deployments: local, remote)",

@@ -20,6 +20,7 @@ from tests.redis_server import RedisServer
 COOLDOWN_S = 2.0
 BURST = 12  # requests per round, each on a connection of its own (spread over the workers)
 ROUNDS = 3
+MASTER = "sk-master-trial"  # the session's redis-server may hold other tests' keys
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def workers(
         f"reliability: {{failure_threshold: 1, cooldown_s: {COOLDOWN_S}, "
         f"max_cooldown_s: {COOLDOWN_S}, retries: 0, probe_interval_s: null}}\n"
     )
-    env = {"SHUNTER_REDIS_URL": redis_server.url}
+    env = {"SHUNTER_REDIS_URL": redis_server.url, "SHUNTER_MASTER_KEY": MASTER}
     server = start_server(
         folder / "config.yaml", folder / "w.log", env=env, args=["--workers", "2"]
     )
@@ -52,7 +53,8 @@ def workers(
 def _burst(server: Server) -> list[int]:
     def one(_: int) -> int:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-        with httpx.Client(timeout=30) as client:  # a new connection each time
+        key = {"authorization": f"Bearer {MASTER}"}
+        with httpx.Client(timeout=30, headers=key) as client:  # a new connection each time
             return client.post(f"{server.api}/chat/completions", json=body).status_code
 
     with ThreadPoolExecutor(max_workers=8) as pool:
