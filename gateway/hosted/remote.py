@@ -21,13 +21,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from gateway.mcp.hub import (
-    McpTool,
     ServerFailure,
     ToolCaller,
     ToolListing,
     ToolResult,
     ToolServerError,
 )
+from gateway.mcp.upstream import all_tools, listed_tool
 
 MAX_LIST_PAGES = 20
 CLIENT_INFO = mcp_types.Implementation(name="shunter", version="1")
@@ -56,10 +56,10 @@ class RemoteServer:
         """Its tools (the caller's grant does not name request servers: all of them)."""
         try:
             async with self._client("tools/list") as client:
-                tools = await _all_tools(client)
+                tools = await all_tools(client, MAX_LIST_PAGES)
         except ToolServerError as exc:
             return ToolListing((), (ServerFailure(self.name, exc.message),))
-        return ToolListing([_tool(self.name, tool) for tool in tools])
+        return ToolListing([listed_tool(self.name, tool) for tool in tools])
 
     async def call_tool(
         self, caller: ToolCaller, server: str, tool: str, arguments: Mapping[str, Any]
@@ -93,31 +93,6 @@ class RemoteServer:
             raise
         except Exception as exc:  # refused, reset, not an MCP server
             raise ToolServerError(f"{what}: {_describe(exc)}") from exc
-
-
-async def _all_tools(client: Client) -> list[mcp_types.Tool]:
-    tools: list[mcp_types.Tool] = []
-    cursor: str | None = None
-    for _ in range(MAX_LIST_PAGES):
-        page = await client.list_tools(cursor=cursor)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    return tools
-
-
-def _tool(server: str, tool: mcp_types.Tool) -> McpTool:
-    annotations = tool.annotations
-    return McpTool(
-        server=server,
-        name=tool.name,
-        description=tool.description,
-        input_schema=tool.input_schema,
-        annotations=None
-        if annotations is None
-        else annotations.model_dump(mode="json", by_alias=True, exclude_none=True),
-    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -84,9 +84,11 @@ class Upstream:
         if self._tools is not None and time.monotonic() - self._listed_at < self.list_ttl_s:
             return self._tools
         async with self._bounded("tools/list") as client:
-            tools = await _all_tools(client)
+            tools = await all_tools(client)
         wanted = self.settings.tools
-        listed = tuple(_tool(self.name, t) for t in tools if wanted is None or t.name in wanted)
+        listed = tuple(
+            listed_tool(self.name, t) for t in tools if wanted is None or t.name in wanted
+        )
         self._tools, self._listed_at = listed, time.monotonic()
         return listed
 
@@ -210,10 +212,11 @@ class Upstream:
         self._lost.set()
 
 
-async def _all_tools(client: Client) -> list[mcp_types.Tool]:
+async def all_tools(client: Client, max_pages: int = MAX_LIST_PAGES) -> list[mcp_types.Tool]:
+    """Every page of a server's ``tools/list``, up to ``max_pages`` of them."""
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
-    for _ in range(MAX_LIST_PAGES):
+    for _ in range(max_pages):
         page = await client.list_tools(cursor=cursor)
         tools.extend(page.tools)
         cursor = page.next_cursor
@@ -222,7 +225,8 @@ async def _all_tools(client: Client) -> list[mcp_types.Tool]:
     return tools
 
 
-def _tool(server: str, tool: mcp_types.Tool) -> McpTool:
+def listed_tool(server: str, tool: mcp_types.Tool) -> McpTool:
+    """A tool of ``server`` as the SDK lists it, as the hub describes it."""
     annotations = tool.annotations
     return McpTool(
         server=server,
