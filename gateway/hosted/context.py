@@ -12,6 +12,7 @@ from gateway.config.mcp import HttpServer
 from gateway.config.schema import GatewayConfig
 from gateway.errors import InvalidRequestError
 from gateway.hosted.remote import RemoteServer
+from gateway.hosted.toolset import StandInTool
 from gateway.mcp.hub import ToolCaller, ToolGrant, ToolHub
 
 
@@ -53,6 +54,22 @@ class HostedContext:
         servers = self.hub.servers if self.hub is not None else ()
         stand_ins = self.settings.stand_ins.items()
         return frozenset(kind for kind, spec in stand_ins if spec.server in servers)
+
+    def stand_in(self, kind: str, where: str) -> StandInTool:
+        """The configured MCP tool that runs the provider tool ``kind`` (at ``where`` in
+        the request); only for a kind of :meth:`stand_in_kinds`."""
+        assert self.hub is not None
+        spec = self.settings.stand_ins[kind]
+        return StandInTool(
+            kind,
+            spec.server,
+            spec.tool,
+            spec.argument,
+            spec.description,
+            spec.max_length,
+            self.hub,
+            where,
+        )
 
     @classmethod
     def of(cls, config: GatewayConfig, hub: ToolHub | None) -> HostedContext:

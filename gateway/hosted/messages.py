@@ -23,7 +23,7 @@ from gateway.admission.keys import KeyInfo
 from gateway.errors import InvalidRequestError
 from gateway.hosted.context import HostedContext
 from gateway.hosted.loop import add_usage, continued, split_calls
-from gateway.hosted.toolset import HostedServer, Outcome, StandInTool, Toolset
+from gateway.hosted.toolset import HostedServer, Outcome, Toolset
 from gateway.ingress.messages import MessagesCall
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.chat import ToolCall
@@ -85,7 +85,7 @@ async def prepare(
         if kind is None:
             kept.append(tool)
         else:
-            toolset.stand_ins.append(_stand_in(kind, f"tools[{k}]", context))
+            toolset.stand_ins.append(context.stand_in(kind, f"tools[{k}]"))
     if given is None and not toolset.stand_ins:
         return
     toolset.refuse_ungranted()
@@ -113,21 +113,6 @@ def _server(given: Any, where: str, context: HostedContext) -> HostedServer | No
         headers["authorization"] = f"Bearer {server.authorization_token}"
     remote = context.remote(server.name, server.url, headers, f"{where}.url")
     return HostedServer(server.name, server.name, remote, f"{where}.name", allowed)
-
-
-def _stand_in(kind: str, where: str, context: HostedContext) -> StandInTool:
-    assert context.hub is not None
-    spec = context.settings.stand_ins[kind]
-    return StandInTool(
-        kind,
-        spec.server,
-        spec.tool,
-        spec.argument,
-        spec.description,
-        spec.max_length,
-        context.hub,
-        where,
-    )
 
 
 def _offered(body: MessagesRequest, kept: list[ToolParam], toolset: Toolset) -> MessagesRequest:

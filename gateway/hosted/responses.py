@@ -27,7 +27,6 @@ from gateway.hosted.toolset import (
     HostedServer,
     Offered,
     Outcome,
-    StandInTool,
     Toolset,
     listed_tool,
 )
@@ -129,7 +128,7 @@ async def prepare(
         if tool.type == "mcp" and context.runs_mcp:
             toolset.servers.append(_server(tool, f"tools[{i}]", context))
         elif tool.type in context.stand_in_kinds():
-            toolset.stand_ins.append(_stand_in(tool.type, f"tools[{i}]", context))
+            toolset.stand_ins.append(context.stand_in(tool.type, f"tools[{i}]"))
     if not toolset:
         return body
     toolset.refuse_ungranted()
@@ -172,21 +171,6 @@ def _server(tool: FunctionTool, where: str, context: HostedContext) -> HostedSer
         where=f"{where}.server_label",
         allowed=_allowed(given.allowed_tools),
         approval=_approval(given.require_approval),
-    )
-
-
-def _stand_in(kind: str, where: str, context: HostedContext) -> StandInTool:
-    assert context.hub is not None
-    spec = context.settings.stand_ins[kind]
-    return StandInTool(
-        kind,
-        spec.server,
-        spec.tool,
-        spec.argument,
-        spec.description,
-        spec.max_length,
-        context.hub,
-        where,
     )
 
 
