@@ -41,7 +41,7 @@ class HostedMessageEvents(MessageEvents):
     def __init__(
         self, call: MessagesCall, backend: Backend, request: ChatCompletionRequest
     ) -> None:
-        super().__init__(backend.chat_stream(request), call.model)
+        super().__init__(backend.chat_stream(request), request.model)
         self.delivered = None  # a later round cannot be resumed from the first one's chunks
         self._call = call
         restart(call)

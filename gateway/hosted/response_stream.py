@@ -55,11 +55,18 @@ class HostedResponseEvents(ResponseEvents):
     """The events of a Responses request with hosted tools, over as many model calls as
     its loop takes on ``backend``."""
 
-    def __init__(self, call: ResponsesCall, backend: Backend, on_done: OnDone) -> None:
+    def __init__(
+        self,
+        call: ResponsesCall,
+        backend: Backend,
+        request: ChatCompletionRequest,
+        on_done: OnDone,
+    ) -> None:
+        """``request``: ``call``'s chat request as ``backend`` gets it."""
         self._backend = backend
         self._run: ResponsesRun = call.hosted
         self._run.start(call)
-        self._request = call.chat_request()
+        self._request = request
         self._ready: list[OutputItem] = list(call.leading)
         super().__init__(call, self._first_round(), on_done)
         self.delivered = None  # a later round cannot be resumed from the first one's chunks

@@ -345,13 +345,16 @@ async def run_waiting(
     return continued(request, None, results) if results else request
 
 
-async def answer(backend: Backend, call: ResponsesCall) -> ChatCompletion:
-    """``backend``'s answer after the hosted loop: its last model call's, with the usage
-    of every call; the gateway's items are in ``call.leading``."""
+async def answer(
+    backend: Backend, call: ResponsesCall, request: ChatCompletionRequest
+) -> ChatCompletion:
+    """``backend``'s answer to ``request`` (``call``'s, as ``backend`` gets it) after the
+    hosted loop: its last model call's, with the usage of every call; the gateway's items
+    are in ``call.leading``."""
     run: ResponsesRun = call.hosted
     run.start(call)
     toolset = run.toolset
-    request = await run_waiting(run, call.chat_request(), call.leading)
+    request = await run_waiting(run, request, call.leading)
     spent = None
     while True:
         answered = await backend.chat(request)

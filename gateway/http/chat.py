@@ -16,7 +16,7 @@ from gateway.admission.cache import chat_chunks
 from gateway.dispatch import ServedStream
 from gateway.errors import GatewayError
 from gateway.http.abilities import raw_chat
-from gateway.http.endpoint import Endpoint, Served
+from gateway.http.endpoint import Endpoint, Served, answered_by
 from gateway.http.intake import parse_body
 from gateway.http.serving import handle
 from gateway.protocol import ChatCompletion, ChatCompletionRequest, jsonio
@@ -38,14 +38,13 @@ class ChatEndpoint(Endpoint[ChatCompletionRequest, ChatCompletion]):
     def facts(self, body: ChatCompletionRequest) -> RequestFacts:
         return RequestFacts.of_chat(body)
 
-    def answered_by(self, body: ChatCompletionRequest, model: str) -> ChatCompletionRequest:
-        """Answers say which model answered, as OpenAI's name the model it resolved."""
-        return body if body.model == model else body.model_copy(update={"model": model})
+    async def whole(
+        self, backend: Backend, body: ChatCompletionRequest, model: str
+    ) -> ChatCompletion:
+        return await backend.chat(answered_by(body, model))
 
-    async def whole(self, backend: Backend, body: ChatCompletionRequest) -> ChatCompletion:
-        return await backend.chat(body)
-
-    def stream(self, backend: Backend, body: ChatCompletionRequest) -> FrameStream:
+    def stream(self, backend: Backend, body: ChatCompletionRequest, model: str) -> FrameStream:
+        body = answered_by(body, model)
         raw = raw_chat(backend)
         if raw is not None:
             return raw.chat_stream_raw(body)

@@ -13,7 +13,7 @@ from gateway.admission.cache import completion_chunks
 from gateway.dispatch import ServedStream
 from gateway.errors import GatewayError
 from gateway.http.chat import openai_end, replay_chunks
-from gateway.http.endpoint import Endpoint
+from gateway.http.endpoint import Endpoint, answered_by
 from gateway.http.intake import parse_body
 from gateway.http.serving import handle
 from gateway.protocol import Completion, CompletionRequest, jsonio
@@ -34,15 +34,11 @@ class CompletionsEndpoint(Endpoint[CompletionRequest, Completion]):
     def facts(self, body: CompletionRequest) -> RequestFacts:
         return RequestFacts.of_completion(body)
 
-    def answered_by(self, body: CompletionRequest, model: str) -> CompletionRequest:
-        """Answers say which model answered, as OpenAI's name the model it resolved."""
-        return body if body.model == model else body.model_copy(update={"model": model})
+    async def whole(self, backend: Backend, body: CompletionRequest, model: str) -> Completion:
+        return await backend.completion(answered_by(body, model))
 
-    async def whole(self, backend: Backend, body: CompletionRequest) -> Completion:
-        return await backend.completion(body)
-
-    def stream(self, backend: Backend, body: CompletionRequest) -> FrameStream:
-        return Framed(backend.completion_stream(body))
+    def stream(self, backend: Backend, body: CompletionRequest, model: str) -> FrameStream:
+        return Framed(backend.completion_stream(answered_by(body, model)))
 
     async def render(self, body: CompletionRequest, answer: Completion) -> bytes:
         return jsonio.to_json(answer)

@@ -53,6 +53,18 @@ class Answer(Protocol):
 
 Req = TypeVar("Req", bound=Served)
 Whole = TypeVar("Whole", bound=Answer)
+Sent = TypeVar("Sent", ChatCompletionRequest, CompletionRequest)
+
+
+def answered_by(request: Sent, model: str) -> Sent:
+    """``request`` as sent to a deployment whose answers say ``model``.
+
+    Every API's answer names the model that answered (the model the deployment asks its
+    upstream for: :meth:`~gateway.dispatch.Gateway.answering_model`), as OpenAI's name the
+    model it resolved, not the public name the client asked for. Backends write the
+    ``model`` of the request they get into their answers, so that is where it is set; the
+    translated APIs (Responses, Messages) read it back from the chat answer or chunks."""
+    return request if request.model == model else request.model_copy(update={"model": model})
 
 
 class Endpoint(ABC, Generic[Req, Whole]):
@@ -103,18 +115,15 @@ class Endpoint(ABC, Generic[Req, Whole]):
         routed = self.request(body)
         return chat_image(routed) if isinstance(routed, ChatCompletionRequest) else None
 
-    def answered_by(self, body: Req, model: str) -> Req:
-        """``body`` as sent to a deployment whose answers say ``model`` (by default the
-        public name the client asked for is kept)."""
-        return body
+    @abstractmethod
+    async def whole(self, backend: Backend, body: Req, model: str) -> Whole:
+        """The whole answer of ``backend``, naming ``model`` as the model that answered
+        (the chat or completion request it gets is :func:`answered_by` ``model``)."""
 
     @abstractmethod
-    async def whole(self, backend: Backend, body: Req) -> Whole:
-        """The whole answer of ``backend``."""
-
-    @abstractmethod
-    def stream(self, backend: Backend, body: Req) -> FrameStream:
-        """``backend``'s answer as a stream of frames to write."""
+    def stream(self, backend: Backend, body: Req, model: str) -> FrameStream:
+        """``backend``'s answer as a stream of frames to write, naming ``model`` as the
+        model that answered (as :meth:`whole`)."""
 
     def answer_headers(self, body: Req) -> dict[str, str]:
         """Headers the answer adds (what the request's translation dropped or clamped);

@@ -28,7 +28,7 @@ from gateway.hosted import messages as hosted_tools
 from gateway.hosted.message_stream import HostedMessageEvents
 from gateway.http.abilities import native_messages, token_counter
 from gateway.http.asgi import JSONBody
-from gateway.http.endpoint import Endpoint
+from gateway.http.endpoint import Endpoint, answered_by
 from gateway.http.intake import (
     Services,
     credentials,
@@ -81,24 +81,26 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
     def image_field(self, call: MessagesCall) -> str | None:
         return messages_image(call.body)
 
-    async def whole(self, backend: Backend, call: MessagesCall) -> Answered:
+    async def whole(self, backend: Backend, call: MessagesCall, model: str) -> Answered:
         native = native_messages(backend)
-        if native is not None:
+        if native is not None:  # the upstream's own answer, naming its own model
             call.dropped, call.clamped = [], None
             content, usage = await native.messages(call.native(), call.headers)
             return NativeMessage(content, usage)
+        request = _translated(backend, call, model)
         if call.hosted is not None:
-            return await hosted_tools.answer(backend, call, _translated(backend, call))
-        return await backend.chat(_translated(backend, call))
+            return await hosted_tools.answer(backend, call, request)
+        return await backend.chat(request)
 
-    def stream(self, backend: Backend, call: MessagesCall) -> FrameStream:
+    def stream(self, backend: Backend, call: MessagesCall, model: str) -> FrameStream:
         native = native_messages(backend)
         if native is not None:
             call.dropped, call.clamped = [], None
             return native.messages_stream(call.native(), call.headers)
+        request = _translated(backend, call, model)
         if call.hosted is not None:
-            return HostedMessageEvents(call, backend, _translated(backend, call))
-        return MessageEvents(backend.chat_stream(_translated(backend, call)), call.model)
+            return HostedMessageEvents(call, backend, request)
+        return MessageEvents(backend.chat_stream(request), model)
 
     def session_hint(self, call: MessagesCall) -> SessionHint | None:
         """Claude Code's session, from ``metadata.user_id``."""
@@ -123,7 +125,7 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         return said.model_dump_json().encode()
 
     async def replay(self, call: MessagesCall, hit: ChatCompletion) -> AsyncIterator[bytes]:
-        for frame in await MessageEvents(replay(chat_chunks(hit)), call.model).drain():
+        for frame in await MessageEvents(replay(chat_chunks(hit)), hit.model).drain():
             yield frame
 
     def end(self, call: MessagesCall, stream: ServedStream, failure: GatewayError | None) -> bytes:
@@ -132,13 +134,14 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         return sse("error", error_body(anthropic_status(failure.status_code), failure.message))
 
 
-def _translated(backend: Backend, call: MessagesCall) -> ChatCompletionRequest:
-    """The chat request ``backend`` gets; a request it cannot take is the client's
-    fault (a 400 naming the field), not the deployment's. A deployment that clamps
-    output budgets gets one that fits its context, by routing's own estimate."""
+def _translated(backend: Backend, call: MessagesCall, model: str) -> ChatCompletionRequest:
+    """The chat request ``backend`` gets, whose answers say ``model``; a request it cannot
+    take is the client's fault (a 400 naming the field), not the deployment's. A
+    deployment that clamps output budgets gets one that fits its context, by routing's
+    own estimate."""
     caps = backend.capabilities
     try:
-        chat = call.chat(caps.messages_drop)
+        chat = answered_by(call.chat(caps.messages_drop), model)
     except InvalidRequestError as exc:
         exc.counts_as_failure = False
         raise

@@ -29,7 +29,7 @@ from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.hosted import responses as hosted_tools
 from gateway.hosted.response_stream import HostedResponseEvents
 from gateway.http.asgi import JSONBody
-from gateway.http.endpoint import Endpoint
+from gateway.http.endpoint import Endpoint, answered_by
 from gateway.http.intake import MAX_BODY_BYTES, Services, json_response, parse_body
 from gateway.http.responses_socket import serve_socket
 from gateway.http.serving import handle
@@ -127,16 +127,18 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
     def image_field(self, call: ResponsesCall) -> str | None:
         return responses_image(call.body)
 
-    async def whole(self, backend: Backend, call: ResponsesCall) -> ChatCompletion:
+    async def whole(self, backend: Backend, call: ResponsesCall, model: str) -> ChatCompletion:
+        request = answered_by(call.chat_request(), model)
         if call.hosted is not None:
-            return await hosted_tools.answer(backend, call)
-        return await backend.chat(call.chat_request())
+            return await hosted_tools.answer(backend, call, request)
+        return await backend.chat(request)
 
-    def stream(self, backend: Backend, call: ResponsesCall) -> ResponseEvents:
+    def stream(self, backend: Backend, call: ResponsesCall, model: str) -> ResponseEvents:
+        request = answered_by(call.chat_request(), model)
         if call.hosted is not None:
-            events: ResponseEvents = HostedResponseEvents(call, backend, _saver(call))
+            events: ResponseEvents = HostedResponseEvents(call, backend, request, _saver(call))
         else:
-            events = ResponseEvents(call, backend.chat_stream(call.chat_request()), _saver(call))
+            events = ResponseEvents(call, backend.chat_stream(request), _saver(call))
         call.streams[backend.name] = events
         return events
 

@@ -181,10 +181,7 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
     gateway, operation = admitted.gateway, endpoint.operation
 
     def whole(backend: Backend) -> Awaitable[Whole]:
-        return endpoint.whole(backend, endpoint.answered_by(body, answering(backend)))
-
-    def answering(backend: Backend) -> str:
-        return gateway.answering_model(backend.name)
+        return endpoint.whole(backend, body, gateway.answering_model(backend.name))
 
     answered = await gateway.call(body.model, whole, operation, admitted.admit, routing_facts)
     result = answered.value
@@ -233,8 +230,7 @@ async def _stream(
     """Open the stream on the first deployment that answers; write it as it comes."""
 
     def start(backend: Backend) -> FrameStream:
-        model = admitted.gateway.answering_model(backend.name)
-        return endpoint.stream(backend, endpoint.answered_by(body, model))
+        return endpoint.stream(backend, body, admitted.gateway.answering_model(backend.name))
 
     started, facts = time.perf_counter(), admitted.facts
     stream = await admitted.gateway.open_stream(

@@ -99,7 +99,7 @@ class ResponseEvents(ChunkTranslator):
         return self._event(kind, response=response.model_dump(mode="json"))
 
     def opening(self) -> list[bytes]:
-        started = response_object(self._call, status="in_progress")
+        started = response_object(self._call, self.model, status="in_progress")
         return [
             self._lifecycle("response.created", started),
             self._lifecycle("response.in_progress", started),
@@ -143,6 +143,7 @@ class ResponseEvents(ChunkTranslator):
         )
         response = response_object(
             self._call,
+            self.model,
             status="failed",
             output=[*self._output, *self._unfinished()],
             error=ResponseErrorBody(code=code, message=error.message),

@@ -310,8 +310,9 @@ def _format_echo(fmt: TextFormat) -> dict[str, Any]:
     return echoed
 
 
-def response_object(call: ResponsesCall, **fields: Any) -> ResponseObject:
-    """The response object of ``call`` with its request's settings echoed."""
+def response_object(call: ResponsesCall, model: str | None = None, **fields: Any) -> ResponseObject:
+    """The response object of ``call`` with its request's settings echoed; ``model``: the
+    model that answered (the public name the client asked for until one has)."""
     body = call.body
     fmt = body.text.format if body.text is not None and body.text.format is not None else None
     text = {"format": _format_echo(fmt)} if fmt else None
@@ -320,7 +321,7 @@ def response_object(call: ResponsesCall, **fields: Any) -> ResponseObject:
         "created_at": call.created_at,
         "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens,
-        "model": body.model,
+        "model": model or body.model,
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
         "store": body.store is not False,
@@ -419,17 +420,16 @@ def finished(
     usage: Usage | None,
     model: str | None = None,
 ) -> ResponseObject:
-    """The response once generation ended: status, incomplete details, usage."""
+    """The response once generation ended: status, incomplete details, usage, and the
+    model that answered."""
     fields: dict[str, Any] = {"output": output, "usage": response_usage(usage)}
-    if model:
-        fields["model"] = model
     if finish_reason == "length":
         fields.update(status="incomplete", incomplete_details=_incomplete("max_output_tokens"))
     elif finish_reason in ("content_filter", "max_tool_calls"):
         fields.update(status="incomplete", incomplete_details=_incomplete(finish_reason))
     else:
         fields.update(status="completed", completed_at=now())
-    return response_object(call, **fields)
+    return response_object(call, model, **fields)
 
 
 def _incomplete(reason: str) -> IncompleteDetails:
