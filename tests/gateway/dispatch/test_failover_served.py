@@ -1,6 +1,7 @@
 """Failover as an operator tests it: a real `shunter serve` in front of fault-injecting
 OpenAI-compatible upstreams on loopback, a healthy second candidate behind the first, and
-the openai SDK as the client. The first server runs with the default reliability settings."""
+the openai SDK (the anthropic SDK for Messages) as the client. The first server runs with
+the default reliability settings."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from anthropic import Anthropic
 from openai import OpenAI
 
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.fault_upstream import CHUNKS, FaultUpstream, Recorded
 
 HELLO = [{"role": "user", "content": "hi"}]
+SAY: Any = HELLO  # as the anthropic SDK types its messages
 TEXT = "".join(f"word{i} " for i in range(CHUNKS))
 LONG = [{"role": "user", "content": "word " * 7500}]  # about 9,400 tokens at 4 characters each
 
@@ -54,6 +58,7 @@ def config(
         "  m: {candidates: [a, b]}\n"
         "  only-a: {candidates: [a]}\n"
         "  local-first: {candidates: [tiny, b]}\n"
+        "  cached: {candidates: [a], cache: {any_temperature: true}}\n"
     )  # fmt: skip
     return path
 
@@ -68,6 +73,12 @@ def gateway(config: Path) -> Iterator[Server]:
 @pytest.fixture
 def client(gateway: Server) -> Iterator[OpenAI]:
     with OpenAI(base_url=gateway.api, api_key="sk-test", max_retries=0, timeout=30) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def claude(gateway: Server) -> Iterator[Anthropic]:
+    with Anthropic(base_url=gateway.base_url, api_key="sk-test", max_retries=0, timeout=30) as sdk:
         yield sdk
 
 
@@ -259,6 +270,105 @@ def test_answers_say_which_model_answered(
     upstreams[0].queue.append("503")
     moved = client.chat.completions.with_raw_response.create(model="m", messages=HELLO)
     assert moved.headers["x-shunter-deployment"] == "b" and moved.parse().model == "up-b"
+
+
+LIFECYCLE = (
+    "response.created",
+    "response.in_progress",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+)
+
+
+def lifecycle_models(events: Iterable[Any]) -> dict[str, str]:
+    """The model each lifecycle event of a Responses stream names, by event type."""
+    return {e.type: e.response.model for e in events if e.type in LIFECYCLE}
+
+
+def response_text(events: list[Any]) -> str:
+    return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+def test_responses_say_which_model_answered(
+    client: OpenAI, upstreams: tuple[FaultUpstream, FaultUpstream]
+) -> None:
+    a, _ = upstreams
+    whole = client.responses.create(model="only-a", input="hi")
+    assert whole.model == "up-a" and whole.output_text == TEXT
+    assert client.responses.retrieve(whole.id).model == "up-a"  # as it was stored
+    events = list(client.responses.create(model="only-a", input="hi", stream=True))
+    started = {"response.created": "up-a", "response.in_progress": "up-a"}
+    assert lifecycle_models(events) == {**started, "response.completed": "up-a"}
+    assert client.responses.retrieve(events[-1].response.id).model == "up-a"
+    a.queue.append("length")
+    cut = list(client.responses.create(model="only-a", input="hi", stream=True))
+    assert lifecycle_models(cut) == {**started, "response.incomplete": "up-a"}
+    # after a fallback before the first byte, the fallback's model
+    a.queue.append("503")
+    moved = client.responses.with_raw_response.create(model="m", input="hi")
+    assert moved.headers["x-shunter-deployment"] == "b" and moved.parse().model == "up-b"
+    a.queue.append("503")
+    events = list(client.responses.create(model="m", input="hi", stream=True))
+    assert set(lifecycle_models(events).values()) == {"up-b"} and len(events) > 3
+    # a stream resumed mid-way keeps the model it started with, as chat's chunks do
+    a.queue.append("cut:5")
+    resumed = list(client.responses.create(model="m", input="hi", stream=True))
+    assert response_text(resumed) == TEXT
+    assert lifecycle_models(resumed) == {**started, "response.completed": "up-a"}
+    # one that nothing can continue fails, naming the model that answered so far
+    a.queue.append("cut:5")
+    failed = list(client.responses.create(model="only-a", input="hi", stream=True))
+    assert lifecycle_models(failed) == {**started, "response.failed": "up-a"}
+
+
+def test_messages_say_which_model_answered(
+    claude: Anthropic, upstreams: tuple[FaultUpstream, FaultUpstream]
+) -> None:
+    a, _ = upstreams
+    whole = claude.messages.create(model="only-a", max_tokens=100, messages=SAY)
+    assert whole.model == "up-a" and whole.content[0].type == "text"
+    with claude.messages.stream(model="only-a", max_tokens=100, messages=SAY) as stream:
+        starts = [e.message.model for e in stream if e.type == "message_start"]
+    assert starts == ["up-a"] and stream.get_final_message().model == "up-a"
+    # after a fallback before the first byte, the fallback's model
+    a.queue.append("503")
+    raw = claude.messages.with_raw_response.create(model="m", max_tokens=100, messages=SAY)
+    assert raw.headers["x-shunter-deployment"] == "b" and raw.parse().model == "up-b"
+    a.queue.append("503")
+    with claude.messages.stream(model="m", max_tokens=100, messages=SAY) as stream:
+        starts = [e.message.model for e in stream if e.type == "message_start"]
+    assert starts == ["up-b"]
+    # a stream resumed mid-way keeps the model it started with, as chat's chunks do
+    a.queue.append("cut:5")
+    with claude.messages.stream(model="m", max_tokens=100, messages=SAY) as stream:
+        starts = [e.message.model for e in stream if e.type == "message_start"]
+        final = stream.get_final_message()
+    assert starts == ["up-a"] and final.model == "up-a"
+    assert final.content[0].type == "text" and final.content[0].text == TEXT
+
+
+def test_a_cached_answer_names_the_model_that_made_it(client: OpenAI, claude: Anthropic) -> None:
+    made = client.responses.create(model="cached", input="keep this")
+    assert made.model == "up-a"
+    hit = client.responses.with_raw_response.create(model="cached", input="keep this")
+    assert hit.headers["x-shunter-cache"] == "hit" and hit.parse().model == "up-a"
+    streamed = client.responses.with_raw_response.create(
+        model="cached", input="keep this", stream=True
+    )
+    assert streamed.headers["x-shunter-cache"] == "hit"
+    assert set(lifecycle_models(streamed.parse()).values()) == {"up-a"}
+
+    said = claude.messages.create(model="cached", max_tokens=100, messages=SAY)
+    assert said.model == "up-a"
+    again = claude.messages.with_raw_response.create(model="cached", max_tokens=100, messages=SAY)
+    assert again.headers["x-shunter-cache"] == "hit" and again.parse().model == "up-a"
+    replayed = claude.messages.with_raw_response.create(
+        model="cached", max_tokens=100, messages=SAY, stream=True
+    )
+    assert replayed.headers["x-shunter-cache"] == "hit"
+    starts = [e.message.model for e in replayed.parse() if e.type == "message_start"]
+    assert starts == ["up-a"]
 
 
 def test_upstream_error_fields_survive_the_relay(

@@ -68,6 +68,8 @@ def test_a_socket_streams_the_events_and_continues_without_the_store(
         assert kinds[:2] == ["response.created", "response.in_progress"]
         assert kinds[-1] == "response.completed"
         assert "response.reasoning_text.delta" in kinds
+        # the model that answered (the deployment's upstream model), not the public name
+        assert {e.response.model for e in first if hasattr(e, "response")} == {"scripted"}
         for event in first:
             data = event.model_dump(mode="json", exclude_unset=True)
             assert event_violations(event.type, data) == [], data

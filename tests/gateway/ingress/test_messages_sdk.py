@@ -215,7 +215,7 @@ def test_requests_pass_through_to_an_anthropic_upstream(
         model="claude", max_tokens=50, messages=HI, tools=[WEATHER], tool_choice={"type": "any"}
     ) as stream:
         final = stream.get_final_message()
-    assert final.stop_reason == "tool_use"
+    assert final.stop_reason == "tool_use" and final.model == "claude-up"
     use = final.content[0]
     assert use.type == "tool_use" and use.input == {"city": "Paris"}
     assert upstream.last().body["stream"] is True
