@@ -229,6 +229,11 @@ class Capabilities:
     tools: bool = False
     json_schema: bool = False
     images: bool = False
+    content_parts: frozenset[str] | None = None
+    """The chat content part types it reads (``text``, ``image_url``, ``input_audio``...),
+    or ``None``: it passes every part on to an upstream that decides (images only where
+    ``images`` is set). Routing sends a part only where it is read, and a model none of
+    whose deployments reads it refuses it by name."""
     context_length: int | None = None
     prefill: bool = True
     """Continues a trailing assistant message (a resumed stream's preferred form)."""

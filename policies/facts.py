@@ -39,6 +39,8 @@ class RequestFacts:
     holding only those makes no candidate a conversation's home.
     ``session_id``, when known, names the conversation: between candidates that hold
     equal prefixes, ``cached_prefix`` sends a session where it hashes to.
+    ``content_parts`` are the types of the chat content parts it carries (``text``,
+    ``image_url``, ``input_audio``...); ``has_images``: one of them is an image.
     """
 
     prompt_tokens: int
@@ -46,6 +48,7 @@ class RequestFacts:
     needs_tools: bool = False
     needs_json_schema: bool = False
     has_images: bool = False
+    content_parts: frozenset[str] = frozenset()
     prefix_key: str | None = None
     stream: bool = False
     request_id: str = ""
@@ -68,15 +71,24 @@ class RequestFacts:
 class Capabilities:
     """What a deployment can serve. ``context_length`` ``None`` means unknown (not checked);
     ``context_learned``: the length comes from the deployment's own rejection of a longer
-    prompt, not from its configuration."""
+    prompt, not from its configuration. ``content_parts``: the content part types it reads
+    (an engine in this process), or ``None``: it passes every part on to an upstream that
+    decides (a remote API), images only where ``images`` is set."""
 
     tools: bool = False
     json_schema: bool = False
     images: bool = False
+    content_parts: frozenset[str] | None = None
     context_length: int | None = None
     context_learned: bool = False
     clamps_output: bool = False
     """Lowers an output budget that cannot fit to what does: only the prompt must fit."""
+
+    def reads(self, kind: str) -> bool:
+        """Whether a content part of type ``kind`` can be sent here."""
+        if kind == "image_url" and not self.images:
+            return False
+        return self.content_parts is None or kind in self.content_parts
 
     def budget(self, max_tokens: int | None) -> int:
         """The output tokens a request asking for ``max_tokens`` needs room for here."""

@@ -96,24 +96,31 @@ class Capable(FilterStep):
         if (
             (req.needs_tools and not caps.tools)
             or (req.needs_json_schema and not caps.json_schema)
-            or (req.has_images and not caps.images)
+            or (req.has_images and not caps.reads("image_url"))
+            or (req.content_parts and not all(map(caps.reads, req.content_parts)))
         ):
             return False
         context = caps.context_length
         return context is None or not req.prompt_tokens + caps.budget(req.max_tokens) > context
 
     def check(self, ctx: RouteContext, cand: Candidate) -> Check:
-        """Check tools, json_schema, images and prompt + max_tokens against the context
-        (configured, or learned from the deployment's own rejection of a longer prompt)."""
+        """Check tools, json_schema, images, other content parts and prompt + max_tokens
+        against the context (configured, or learned from the deployment's own rejection of
+        a longer prompt)."""
         req, caps = ctx.request, cand.facts.capabilities
         missing = [
             feature
             for feature, needed, has in (
                 ("tools", req.needs_tools, caps.tools),
                 ("json_schema", req.needs_json_schema, caps.json_schema),
-                ("images", req.has_images, caps.images),
+                ("images", req.has_images, caps.reads("image_url")),
             )
             if needed and not has
+        ]
+        missing += [
+            f"{kind} parts"
+            for kind in sorted(req.content_parts)
+            if not caps.reads(kind) and not (kind == "image_url" and req.has_images)
         ]
         if missing:
             return Check(False, "no " + ", ".join(missing))

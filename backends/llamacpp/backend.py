@@ -66,6 +66,7 @@ from gateway.protocol import (
     new_id,
     now,
 )
+from gateway.protocol.parts import unread_part
 from gateway.protocol.prefix import describe_prefix
 
 
@@ -239,6 +240,7 @@ class LlamaCppBackend(Backend):
         return Capabilities(
             tools=True,
             json_schema=True,
+            content_parts=_PART_KINDS,
             context_length=self._n_ctx,
             count_tokens=True,
             messages_drop=frozenset(self._settings.messages_drop),
@@ -438,16 +440,10 @@ class LlamaCppBackend(Backend):
         self._generating()
         _reject_unsupported(n=request.n)
         top_logprobs = _top_logprobs(request)
-        outside = request.part_outside(_PART_KINDS)
-        if outside is not None:
-            param, kind = outside
-            raise InvalidRequestError(
-                f"deployment {self.name!r} takes no {kind!r} parts", param=param
-            )
-        if any(m.has_images() for m in request.messages):
-            raise InvalidRequestError(
-                f"deployment {self.name!r} does not accept images", param="messages"
-            )
+        outside = request.first_part(_PART_KINDS, among=False)
+        if outside is not None:  # routing sends none here; a direct call may
+            field, kind = outside
+            raise unread_part(kind, field, f"The deployment '{self.name}'")
         tokens = self._chat_tokens(request, plan)
         grammar, param = chat_grammar(plan, request, self._parser)
         job = self._job(
@@ -643,8 +639,8 @@ def _reject_unsupported(*, n: int | None) -> None:
 
 
 MAX_TOP_LOGPROBS = 20
-# the content parts a chat template can render (images are refused on their own, by name)
-_PART_KINDS = frozenset({"text", "image_url"})
+# the content parts it reads: a chat template renders text (no image encoder is loaded)
+_PART_KINDS = frozenset({"text"})
 
 
 def _top_logprobs(request: ChatCompletionRequest) -> int | None:

@@ -30,6 +30,7 @@ from backends.vllm.engine import (
     Reply,
     Runtime,
     StatsRecorder,
+    content_parts,
 )
 from backends.vllm.install import INSTALL_HINT, check_available
 from backends.vllm.settings import LoRAAdapter, VLLMSettings
@@ -91,14 +92,26 @@ class VLLMBackend(Backend):
         length = self._runtime.max_model_len if self._runtime else self._settings.max_model_len
         # vLLM 0.32 refuses every tool_choice but "none" without a tool parser
         tools = self._settings.tool_call_parser is not None
+        parts = content_parts(self.modalities)
         return Capabilities(
             tools=tools,
             json_schema=True,
+            images="image_url" in parts,
+            content_parts=parts,
             context_length=length,
             chat_stream_raw=True,
             messages_drop=frozenset(self._settings.messages_drop),
             clamp_output=self._settings.clamp_output,
         )
+
+    @property
+    def modalities(self) -> frozenset[str]:
+        """What the model reads besides text: as the started engine reports it, else as
+        the settings declare it."""
+        runtime = self._runtime
+        if runtime is not None and runtime.modalities is not None:
+            return runtime.modalities
+        return frozenset(self._settings.modalities)
 
     @property
     def sleeping(self) -> bool:
@@ -112,6 +125,14 @@ class VLLMBackend(Backend):
         except Exception as exc:
             raise start_error(self._settings, exc, self._device) from exc
         self._runtime = runtime
+        declared = frozenset(self._settings.modalities)
+        if runtime.modalities is not None and runtime.modalities != declared:
+            log.info(
+                "%s: the model reads %s besides text (modalities declared: %s)",
+                self.name,
+                ", ".join(sorted(runtime.modalities)) or "nothing",
+                ", ".join(sorted(declared)) or "none",
+            )
         idle_s = self._settings.sleep_after_idle_s
         if idle_s is not None:
             self._sleeper = IdleSleeper(runtime.engine, self._activity, idle_s)

@@ -57,7 +57,20 @@ async def build_runtime(settings: VLLMSettings, recorder: StatsRecorder) -> Runt
         max_num_seqs=int(config.scheduler_config.max_num_seqs),
         kv_tokens=int(blocks * block_size) if blocks and block_size else None,
         close=lambda: _shutdown(engine),
+        modalities=modalities(config.model_config),
     )
+
+
+def modalities(model_config: Any) -> frozenset[str]:
+    """What the loaded model reads besides text (``image``, ``audio``, ``video``): the
+    modalities its multimodal processor supports with a per-prompt limit above 0
+    (``limit_mm_per_prompt``), as vLLM itself checks them; none for a text-only model or
+    one run text-only (``language_model_only``, every limit 0)."""
+    if not model_config.is_multimodal_model or not model_config.supports_multimodal_inputs:
+        return frozenset()
+    registry = _module("vllm.multimodal").MULTIMODAL_REGISTRY
+    limits = registry.get_processing_info(model_config).allowed_mm_limits
+    return frozenset(str(modality) for modality, limit in limits.items() if limit > 0)
 
 
 async def _shutdown(engine: Any) -> None:

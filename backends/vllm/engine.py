@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -73,6 +73,23 @@ class Runtime:
     """KV-cache capacity in tokens (blocks x block size), once the engine has sized it."""
     close: Callable[[], Awaitable[None]] | None = None
     """Shuts the engine down; without it, ``engine.shutdown()`` runs in a thread."""
+    modalities: frozenset[str] | None = None
+    """What the loaded model reads besides text (``image``, ``audio``, ``video``), as vLLM
+    reports it; ``None``: not reported (the settings' ``modalities`` stand)."""
+
+
+MODALITY_PARTS: dict[str, tuple[str, ...]] = {
+    "image": ("image_url",),
+    "audio": ("input_audio", "audio_url"),
+    "video": ("video_url",),
+}
+"""The chat content part types vLLM's chat serving reads for each modality."""
+
+
+def content_parts(modalities: Iterable[str]) -> frozenset[str]:
+    """The content part types a model reading ``modalities`` (and text) is sent."""
+    kinds = (kind for modality in modalities for kind in MODALITY_PARTS.get(modality, ()))
+    return frozenset(("text", *kinds))
 
 
 EngineFactory = Callable[["VLLMSettings", "StatsRecorder"], Awaitable[Runtime]]

@@ -10,6 +10,9 @@ from backends.base import DeploymentSettings
 from backends.vllm.install import check_available
 from gateway.planner import ModelSize, size_of_hf_dir
 
+Modality = Literal["image", "audio", "video"]
+"""An input a multimodal model reads besides text, as vLLM names it."""
+
 
 class LoRAAdapter(BaseModel):
     """A LoRA adapter loaded at start; a request whose ``model`` is ``name`` uses it."""
@@ -47,6 +50,13 @@ class VLLMSettings(DeploymentSettings):
     )
     reasoning_parser: str | None = None
     chat_template: str | None = Field(default=None, description="a Jinja template or its path")
+    modalities: list[Modality] = Field(
+        default_factory=list,
+        description=(
+            "what the model reads besides text (image, audio, video) until it is loaded; "
+            "once loaded, vLLM's own answer counts"
+        ),
+    )
     trust_remote_code: bool = False
     sleep_after_idle_s: float | None = Field(
         default=None, gt=0, description="sleep the engine (weights offloaded) after this idle time"

@@ -48,6 +48,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     route.add_argument("--json-schema", action="store_true", help="it asks for json_schema")
     route.add_argument("--images", action="store_true", help="it carries images")
     route.add_argument(
+        "--part",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="it carries a content part of this type (input_audio, file...); repeatable",
+    )
+    route.add_argument(
         "--live",
         metavar="URL",
         help="a running gateway (http://host:port) whose live figures to route with; "
@@ -104,7 +111,8 @@ def _route(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         needs_tools=args.tools,
         needs_json_schema=args.json_schema,
-        has_images=args.images,
+        has_images=args.images or "image_url" in args.part,
+        content_parts=frozenset(args.part) | ({"image_url"} if args.images else set()),
     )
     try:
         route = gateway.route(args.model)

@@ -28,7 +28,7 @@ from gateway.protocol import (
     Usage,
 )
 from gateway.protocol.frames import FrameStream
-from gateway.protocol.images import chat_image
+from gateway.protocol.parts import chat_part
 
 
 class Served(Protocol):
@@ -110,10 +110,11 @@ class Endpoint(ABC, Generic[Req, Whole]):
         """The request's session, once known (Responses keeps it with the stored response,
         for the turns that continue it)."""
 
-    def image_field(self, body: Req) -> str | None:
-        """The field of the request's first image, as its API names it."""
+    def part_field(self, body: Req, kind: str) -> str | None:
+        """The field of the request's first content part of ``kind`` (a chat part type),
+        as its API names it."""
         routed = self.request(body)
-        return chat_image(routed) if isinstance(routed, ChatCompletionRequest) else None
+        return chat_part(routed, kind) if isinstance(routed, ChatCompletionRequest) else None
 
     @abstractmethod
     async def whole(self, backend: Backend, body: Req, model: str) -> Whole:

@@ -43,8 +43,8 @@ from gateway.ingress.messages import FORWARDED_HEADERS, MessagesCall, NativeMess
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.frames import FrameStream
-from gateway.protocol.images import messages_image
 from gateway.protocol.messages import CountTokensRequest, anthropic_status, error_body
+from gateway.protocol.parts import messages_part
 from gateway.telemetry.tracing import note_request
 
 Answered = ChatCompletion | NativeMessage
@@ -78,8 +78,8 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         facts = RequestFacts.of_chat(call.routed())
         return replace(facts, server_tools=call.body.server_tools())
 
-    def image_field(self, call: MessagesCall) -> str | None:
-        return messages_image(call.body)
+    def part_field(self, call: MessagesCall, kind: str) -> str | None:
+        return messages_part(call.body, kind)
 
     async def whole(self, backend: Backend, call: MessagesCall, model: str) -> Answered:
         native = native_messages(backend)

@@ -46,7 +46,7 @@ from gateway.ingress.responses import (
 )
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
-from gateway.protocol.images import responses_image
+from gateway.protocol.parts import responses_part
 from gateway.protocol.responses import (
     InputItem,
     InputItemList,
@@ -124,8 +124,8 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
     def facts(self, call: ResponsesCall) -> RequestFacts:
         return RequestFacts.of_chat(call.chat_request())
 
-    def image_field(self, call: ResponsesCall) -> str | None:
-        return responses_image(call.body)
+    def part_field(self, call: ResponsesCall, kind: str) -> str | None:
+        return responses_part(call.body, kind)
 
     async def whole(self, backend: Backend, call: ResponsesCall, model: str) -> ChatCompletion:
         request = answered_by(call.chat_request(), model)

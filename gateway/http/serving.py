@@ -32,12 +32,13 @@ from gateway.admission.admit import Admission, AdmissionTicket
 from gateway.admission.session_limits import SessionStoppedError
 from gateway.admission.sessions import SessionId, session_of
 from gateway.dispatch import Bill, Gateway, ServedStream, describe_request
-from gateway.errors import GatewayError, InvalidRequestError
+from gateway.errors import GatewayError
 from gateway.http.asgi import ClientWatch, EventStream, JSONBody
 from gateway.http.endpoint import Endpoint, Req, Whole
 from gateway.http.intake import Arrival, arrive
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.protocol.frames import FrameStream
+from gateway.protocol.parts import unread_part
 from policies import RequestFacts
 
 log = structlog.get_logger("shunter.api")
@@ -173,8 +174,8 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
         if hit is not None:
             return await _cached(admitted, endpoint, body, hit)
     routing_facts = describe_request(routed, admitted.request_id, admitted.session_id)
-    if routing_facts.has_images:
-        _refuse_unread_images(admitted.gateway, body.model, endpoint.image_field(body))
+    if not routing_facts.content_parts <= _TEXT and isinstance(routed, ChatCompletionRequest):
+        _refuse_unread_parts(admitted.gateway, endpoint, body, routed, routing_facts)
     if body.stream:
         return await _stream(admitted, endpoint, body, routed, routing_facts)
 
@@ -193,19 +194,30 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
     return JSONBody(await endpoint.render(body, result), headers)
 
 
-def _refuse_unread_images(gateway: Gateway, model: str, field: str | None) -> None:
-    """A 400 naming the image's field when no deployment of ``model`` reads images (one
-    that does is routed to as any other request)."""
-    pool = gateway.policy_candidates(model, live=False)
-    if not pool or any(c.facts.capabilities.images for c in pool):
+_TEXT = frozenset({"text"})  # what every deployment reads
+
+
+def _refuse_unread_parts(
+    gateway: Gateway,
+    endpoint: Endpoint[Req, Whole],
+    body: Req,
+    routed: ChatCompletionRequest,
+    facts: RequestFacts,
+) -> None:
+    """A 400 naming the first content part whose kind no deployment of the model reads (a
+    kind some deployment reads is routed to one that does, as any other request)."""
+    pool = gateway.policy_candidates(body.model, live=False)
+    if not pool:
         return
-    where = f" ('{field}' is one)" if field else ""
-    raise InvalidRequestError(
-        f"The model '{model}' accepts no images{where}; send text only, or use a model "
-        "that reads images.",
-        param=field,
-        code="images_not_supported",
-    )
+    unread = {
+        kind
+        for kind in facts.content_parts
+        if not any(c.facts.capabilities.reads(kind) for c in pool)
+    }
+    first = routed.first_part(unread)
+    if first is not None:
+        kind = first[1]
+        raise unread_part(kind, endpoint.part_field(body, kind), f"The model '{body.model}'")
 
 
 async def _cached(

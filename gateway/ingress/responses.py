@@ -2,11 +2,12 @@
 
 Request (Responses → chat): ``instructions`` become the first system message, then the
 stored conversation of ``previous_response_id`` (its input and output, not its
-instructions, as OpenAI does), then ``input``: messages (``input_text`` / ``output_text`` /
-``input_image`` parts), ``function_call`` / ``custom_tool_call`` items (consecutive ones
-become one assistant message with several ``tool_calls``) and their outputs (``tool``
-messages). ``tools`` (:mod:`gateway.ingress.response_tools`), ``tool_choice``,
-``parallel_tool_calls``, ``max_output_tokens``, ``temperature``, ``top_p``,
+instructions, as OpenAI does), then ``input``: messages (``input_text`` / ``output_text``
+parts as text; ``input_image`` / ``input_audio`` / ``input_file`` as chat's ``image_url`` /
+``input_audio`` / ``file`` parts), ``function_call`` / ``custom_tool_call`` items
+(consecutive ones become one assistant message with several ``tool_calls``) and their
+outputs (``tool`` messages). ``tools`` (:mod:`gateway.ingress.response_tools`),
+``tool_choice``, ``parallel_tool_calls``, ``max_output_tokens``, ``temperature``, ``top_p``,
 ``presence_penalty``, ``frequency_penalty``, ``reasoning.effort`` (→ ``reasoning_effort``),
 ``text.format`` (→ ``response_format``), ``text.verbosity`` (→ ``verbosity``), ``user``,
 ``safety_identifier``, ``prompt_cache_key`` and ``service_tier`` map one to one;
@@ -257,10 +258,32 @@ def _part(part: InputPart, i: int, j: int) -> ContentPart:
             )
         detail = part.detail if part.detail in ("auto", "low", "high") else None
         return ContentPart(type="image_url", image_url=ImageURL(url=part.image_url, detail=detail))
+    if part.type == "input_audio":
+        return ContentPart.model_validate({"type": "input_audio", **_extras(part, "input_audio")})
+    if part.type == "input_file":
+        return _file_part(part, i, j)
     raise InvalidRequestError(
         f"Content parts of type '{part.type}' are not supported by this gateway.",
         param=f"input[{i}].content[{j}].type",
     )
+
+
+def _file_part(part: InputPart, i: int, j: int) -> ContentPart:
+    """An ``input_file`` as chat's ``file`` part (its data, id and name)."""
+    fields = {"file_id": part.file_id, **_extras(part, "file_data", "filename")}
+    file = {name: value for name, value in fields.items() if value is not None}
+    if "file_data" not in file and "file_id" not in file:
+        raise InvalidRequestError(
+            "Files need file_data (a data URL) or a file_id; file URLs are not supported "
+            "by this gateway.",
+            param=f"input[{i}].content[{j}].file_data",
+        )
+    return ContentPart.model_validate({"type": "file", "file": file})
+
+
+def _extras(part: InputPart, *names: str) -> dict[str, Any]:
+    extra = part.model_extra or {}
+    return {name: extra[name] for name in names if name in extra}
 
 
 def _parts_text(parts: list[InputPart]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue, field_validator, model_validator
@@ -143,13 +144,23 @@ class ChatCompletionRequest(RequestModel):
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
-    def part_outside(self, kinds: frozenset[str]) -> tuple[str, str] | None:
-        """The first content part whose type is not in ``kinds``: its ``param`` and type."""
+    def part_kinds(self) -> frozenset[str]:
+        """The types of its content parts (``text``, ``image_url``, ``input_audio``...)."""
+        return frozenset(
+            part.type
+            for message in self.messages
+            if isinstance(message.content, list)
+            for part in message.content
+        )
+
+    def first_part(self, kinds: Container[str], *, among: bool = True) -> tuple[str, str] | None:
+        """The first content part whose type is in ``kinds`` (``among=False``: is not):
+        its field (``messages[i].content[j]``) and its type."""
         for i, message in enumerate(self.messages):
             if isinstance(message.content, list):
                 for j, part in enumerate(message.content):
-                    if part.type not in kinds:
-                        return f"messages[{i}].content[{j}].type", part.type
+                    if (part.type in kinds) is among:
+                        return f"messages[{i}].content[{j}]", part.type
         return None
 
     def include_usage(self) -> bool:

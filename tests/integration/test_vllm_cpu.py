@@ -130,3 +130,9 @@ async def test_live_figures_from_the_stat_logger(backend: VLLMBackend) -> None:
     assert stats.prefix_hit_tokens is not None and stats.prefix_hit_tokens > 0
     assert stats.prefix_hit_rate is not None and 0 < stats.prefix_hit_rate < 1
     assert backend.capabilities.context_length == MAX_MODEL_LEN
+
+
+async def test_a_text_model_is_reported_as_reading_text_only(backend: VLLMBackend) -> None:
+    # vLLM itself says what the loaded model reads: a Llama reads no images
+    assert backend.modalities == frozenset()
+    assert backend.capabilities.content_parts == {"text"} and not backend.capabilities.images

@@ -58,6 +58,9 @@ pricing = st.one_of(
 params = st.none() | st.sampled_from([0.135, 1.0, 7.0, 8.0, 70.0]) | st.floats(0.1, 500)
 
 
+part_kinds = st.sampled_from(["text", "image_url", "input_audio"])
+
+
 @st.composite
 def facts(draw: st.DrawFn, index: int, all_open: bool) -> CandidateFacts:
     open_ = all_open or draw(st.integers(0, 9)) == 0
@@ -69,6 +72,7 @@ def facts(draw: st.DrawFn, index: int, all_open: bool) -> CandidateFacts:
             tools=draw(st.booleans()),
             json_schema=draw(st.booleans()),
             images=draw(st.booleans()),
+            content_parts=draw(st.none() | st.frozensets(part_kinds)),
             context_length=draw(st.none() | st.integers(256, 16384)),
             context_learned=draw(st.booleans()),
         ),
@@ -98,6 +102,7 @@ requests = st.builds(
     needs_tools=st.booleans(),
     needs_json_schema=st.booleans(),
     has_images=st.booleans(),
+    content_parts=st.frozensets(part_kinds),
     prefix_key=st.none() | st.sampled_from(["a", "session-7"]),
     stream=st.booleans(),
     request_id=st.sampled_from(["", "req-1", "req-2"]),

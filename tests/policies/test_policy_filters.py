@@ -60,6 +60,29 @@ def test_capable_features(make: Make) -> None:
     assert decision.dropped[0].notes[-1].detail == "no json_schema, images"
 
 
+def test_capable_content_parts(make: Make) -> None:
+    cands = [
+        make("remote", capabilities=Capabilities(images=True)),
+        make("text", capabilities=Capabilities(content_parts=frozenset({"text"}))),
+        make(
+            "eyes",
+            capabilities=Capabilities(images=True, content_parts=frozenset({"text", "image_url"})),
+        ),
+        make("ears", capabilities=Capabilities(content_parts=frozenset({"text", "input_audio"}))),
+    ]
+    policy = Policy.parse(["capable"])
+    texts = RequestFacts(10, content_parts=frozenset({"text"}))
+    assert policy.route(texts, cands).names == ["remote", "text", "eyes", "ears"]
+    image = RequestFacts(10, has_images=True, content_parts=frozenset({"text", "image_url"}))
+    assert policy.route(image, cands).names == ["remote", "eyes"]
+    audio = RequestFacts(10, content_parts=frozenset({"input_audio", "file"}))
+    decision = policy.route(audio, cands)
+    assert decision.names == ["remote"]
+    details = {r.name: r.notes[-1].detail for r in decision.dropped}
+    assert details["ears"] == "no file parts"
+    assert details["text"] == "no file parts, input_audio parts"
+
+
 def test_capable_context_length_counts_prompt_plus_max_tokens(make: Make) -> None:
     cands = [
         make("short", capabilities=Capabilities(context_length=1100)),

@@ -248,6 +248,7 @@ def _facts(
             tools=caps.tools,
             json_schema=caps.json_schema,
             images=caps.images,
+            content_parts=caps.content_parts,
             context_length=context,
             context_learned=learned,
             clamps_output=caps.clamp_output,
@@ -316,12 +317,14 @@ def _chat_facts(
     leading = [m for m in body.messages if m.role in ("system", "developer")] or body.messages[:1]
     prefix = body.user or "".join(m.text() for m in leading)
     chain, shared = describe_prefix(body)
+    kinds = body.part_kinds()
     return RequestFacts(
         prompt_tokens=_estimate(text_chars + tool_chars) + 4 * len(body.messages),
         max_tokens=body.output_limit(),
         needs_tools=bool(body.tools) and body.tool_choice != "none",
         needs_json_schema=format_ == "json_schema",
-        has_images=any(m.has_images() for m in body.messages),
+        has_images="image_url" in kinds,
+        content_parts=kinds,
         prefix_key=_prefix_key(prefix),
         stream=bool(body.stream),
         request_id=request_id,

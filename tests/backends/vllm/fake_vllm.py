@@ -311,6 +311,8 @@ class FakeVLLM:
     gate: asyncio.Semaphore | None = None
     max_model_len: int = 64
     engine_options: dict[str, Any] = field(default_factory=dict)
+    modalities: frozenset[str] | None = None
+    """What the engine reports the loaded model reads besides text (``image``...)."""
     engine: FakeAsyncLLM | None = None
     serving: FakeServing | None = None
     settings: VLLMSettings | None = None
@@ -326,4 +328,5 @@ class FakeVLLM:
             max_model_len=self.max_model_len,
             max_num_seqs=settings.max_num_seqs or 8,
             kv_tokens=1024,
+            modalities=self.modalities,
         )

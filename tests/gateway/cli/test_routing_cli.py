@@ -70,6 +70,16 @@ def test_route_with_too_long_request_has_no_candidate(
     assert "no candidate" in capsys.readouterr().out
 
 
+def test_route_names_a_content_part_no_candidate_reads(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = config_file(tmp_path, tiny_model)
+    code = main(["route", "--config", str(path), "--model", "chat", "--part", "input_audio"])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "no input_audio parts" in out and "no candidate" in out
+
+
 def test_plan_prints_a_row_per_deployment(
     tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,7 +1,7 @@
 """A refusal's ``param`` names the field of the API called, on a real ``shunter serve`` in
 front of a loopback OpenAI-compatible upstream: embeddings name ``input``, Responses name
 ``input`` and ``text.format``, never chat's ``messages`` or ``response_format``. A chat
-content part that in-process llama.cpp cannot take is refused by its place and type, while
+content part that in-process llama.cpp cannot read is refused by its place and type, while
 an OpenAI-compatible upstream gets every part as sent."""
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ def test_a_content_part_llamacpp_cannot_take_is_refused_by_name(
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": content}]
     body = {"model": "tiny", "messages": messages, "max_tokens": 2}
     error = error_of(server, "/chat/completions", body)
-    assert error["param"] == "messages[1].content[1].type", error
-    assert part["type"] in error["message"]
+    assert error["param"] == "messages[1].content[1]", error
+    assert error["code"] == "content_part_not_supported"
+    assert f"'{part['type']}'" in error["message"]
 
 
 def test_content_parts_reach_an_openai_compatible_upstream_unchanged(upstream: Server) -> None:

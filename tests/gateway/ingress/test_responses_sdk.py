@@ -227,6 +227,10 @@ def test_requests_it_cannot_serve_are_400s_naming_the_field(server: Server, keys
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file"}]}]},
+            "input[0].content[0].file_data",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_video"}]}]},
             "input[0].content[0].type",
         ),
         ({"input": "x", "temperature": 3}, "temperature"),
