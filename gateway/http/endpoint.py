@@ -27,8 +27,8 @@ from gateway.protocol import (
     CompletionRequest,
     Usage,
 )
+from gateway.protocol.fieldnames import FieldNames
 from gateway.protocol.frames import FrameStream
-from gateway.protocol.images import chat_image
 
 
 class Served(Protocol):
@@ -98,10 +98,10 @@ class Endpoint(ABC, Generic[Req, Whole]):
         """The request's session, once known (Responses keeps it with the stored response,
         for the turns that continue it)."""
 
-    def image_field(self, body: Req) -> str | None:
-        """The field of the request's first image, as its API names it."""
-        routed = self.request(body)
-        return chat_image(routed) if isinstance(routed, ChatCompletionRequest) else None
+    def field_names(self, body: Req) -> FieldNames | None:
+        """The chat request's field names as ``body``'s API names them, for a request
+        translated to chat (none for chat itself, nor before the translation)."""
+        return None
 
     def answered_by(self, body: Req, model: str) -> Req:
         """``body`` as sent to a deployment whose answers say ``model`` (by default the

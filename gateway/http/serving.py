@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -38,6 +39,7 @@ from gateway.http.endpoint import Endpoint, Req, Whole
 from gateway.http.intake import Arrival, arrive
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.protocol.frames import FrameStream
+from gateway.protocol.images import chat_image
 from policies import RequestFacts
 
 log = structlog.get_logger("shunter.api")
@@ -63,23 +65,44 @@ async def admit(
     """Prepare and admit a parsed request: the admitted request, and what serves it (the
     answer as an ASGI app), to run with :func:`answer`."""
     services = arrival.services
-    await endpoint.prepare(services, arrival.key, body)
-    arrival.facts.update(model=body.model, stream=bool(body.stream))
-    session = request_session(arrival, endpoint, body)
-    if session is not None:
-        arrival.facts["session"] = session.id
-    try:
-        ticket = await services.admission.admit(endpoint.facts(body), arrival.key, session)
-    except SessionStoppedError as exc:
-        if not exc.should_retry:  # stopped, not only waiting for its requests in flight
-            arrival.facts["session_stop"] = exc.reason
-        raise
+    with _client_names(endpoint, body):
+        await endpoint.prepare(services, arrival.key, body)
+        arrival.facts.update(model=body.model, stream=bool(body.stream))
+        session = request_session(arrival, endpoint, body)
+        if session is not None:
+            arrival.facts["session"] = session.id
+        try:
+            ticket = await services.admission.admit(endpoint.facts(body), arrival.key, session)
+        except SessionStoppedError as exc:
+            if not exc.should_retry:  # stopped, not only waiting for its requests in flight
+                arrival.facts["session_stop"] = exc.reason
+            raise
     admitted = Admitted(arrival, ticket)
 
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
 
     return admitted, serve
+
+
+@contextmanager
+def _client_names(endpoint: Endpoint[Req, Whole], body: Req) -> Iterator[None]:
+    """A failure names its field as the API the client called does: the one place a
+    translated request's chat names (a backend's, routing's, an upstream's) are renamed
+    (:mod:`gateway.protocol.fieldnames`), whatever raised them."""
+    try:
+        yield
+    except GatewayError as exc:
+        _renamed(endpoint, body, exc)
+        raise
+
+
+def _renamed(endpoint: Endpoint[Req, Whole], body: Req, exc: GatewayError) -> GatewayError:
+    """``exc`` with its field named as the API the client called names it."""
+    names = endpoint.field_names(body)
+    if names is not None:
+        names.rename(exc)
+    return exc
 
 
 def request_session(
@@ -165,6 +188,11 @@ async def answer(admitted: Admitted, serve: Callable[[], Awaitable[ASGIApp]]) ->
 
 async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -> ASGIApp:
     """The answer from the cache, else from a deployment, whole or streamed."""
+    with _client_names(endpoint, body):
+        return await _served(admitted, endpoint, body)
+
+
+async def _served(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -> ASGIApp:
     routed = endpoint.request(body)
     cache = admitted.services.cache
     cache_key = cache.key(routed, admitted.ticket.key.id) if endpoint.cacheable(body) else None
@@ -174,7 +202,8 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
             return await _cached(admitted, endpoint, body, hit)
     routing_facts = describe_request(routed, admitted.request_id, admitted.session_id)
     if routing_facts.has_images:
-        _refuse_unread_images(admitted.gateway, body.model, endpoint.image_field(body))
+        image = chat_image(routed) if isinstance(routed, ChatCompletionRequest) else None
+        _refuse_unread_images(admitted.gateway, body.model, image)
     if body.stream:
         return await _stream(admitted, endpoint, body, routed, routing_facts)
 
@@ -251,7 +280,8 @@ async def _stream(
     facts.update(deployment=stream.deployment, route=stream.reason, ttft_ms=ttft_ms)
 
     def end(failure: GatewayError | None) -> bytes:
-        return endpoint.end(body, stream, failure)
+        said = None if failure is None else _renamed(endpoint, body, failure)
+        return endpoint.end(body, stream, said)
 
     frames = _sse(stream, facts, admitted.settle, end)
     headers = admitted.headers(stream.headers) | endpoint.answer_headers(body)
