@@ -7,12 +7,14 @@ prompt past every context), or an OpenAI-compatible upstream's 400 naming a chat
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import websockets.sync.client
 
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.fault_upstream import FaultUpstream
@@ -247,3 +249,26 @@ def test_a_tool_schema_after_a_server_tool_names_its_input_schema(gateway: Serve
     }
     message = messages_error(gateway, body)
     assert message.startswith("tools[2].input_schema: "), message
+
+
+def test_a_stream_refused_before_its_first_byte_is_named_the_same(
+    gateway: Server, upstream: FaultUpstream
+) -> None:
+    refused_upstream(upstream, "messages[3].content[1].type")
+    error = responses_error(gateway, {"model": "m", "stream": True, **WITH_AN_IMAGE})
+    assert error["param"] == "input[2].content[1].type", error
+    refused_upstream(upstream, "messages[4].content[1].type")
+    message = messages_error(gateway, {"model": "m", "stream": True, **CONVERSATION})
+    assert message.startswith("messages[2].content[2].type: "), message
+
+
+def test_a_websocket_turn_refused_names_the_same_field(
+    gateway: Server, upstream: FaultUpstream
+) -> None:
+    refused_upstream(upstream, "messages[3].content[1].type")
+    url = gateway.base_url.replace("http://", "ws://") + "/v1/responses"
+    with websockets.sync.client.connect(url) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": "m", **WITH_AN_IMAGE}))
+        said = json.loads(socket.recv(timeout=30))
+    assert said["type"] == "error" and said["status"] == 400, said
+    assert said["error"]["param"] == "input[2].content[1].type", said
