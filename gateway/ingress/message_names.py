@@ -8,8 +8,9 @@ and chat's top-level fields (``stop`` → ``stop_sequences``, ``response_format`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from gateway.protocol import ChatMessage
+from gateway.protocol import ChatCompletionRequest, ChatMessage
 from gateway.protocol.fieldnames import FieldNames, Origin, Site
 from gateway.protocol.messages import MessagesRequest, ToolParam
 
@@ -30,6 +31,16 @@ _SCHEMA = frozenset({"function.parameters"})
 _SAME = ("model", "stream", "temperature", "top_p", "top_k", "messages", "tools")
 _CHOICE = {"function": "", "function.name": ".name", "type": ".type"}
 _FORMAT = {"type": ".type", "json_schema": "", "json_schema.schema": ".schema"}
+
+
+@dataclass(frozen=True)
+class Translated:
+    """A Messages request as a chat request: the fields it dropped, and the chat
+    request's field names as the Messages request names them."""
+
+    chat: ChatCompletionRequest
+    dropped: list[str]
+    names: FieldNames
 
 
 def message_names(body: MessagesRequest, origins: list[Origin], tools: list[Site]) -> FieldNames:

@@ -49,6 +49,7 @@ from gateway.ingress.message_names import (
     TOOL_USE,
     Said,
     ToolSites,
+    Translated,
     message_names,
     system_origin,
     turn_origin,
@@ -188,16 +189,6 @@ def to_chat(
     """The chat request for a Messages request, and the fields it dropped."""
     done = translate(body, drops=drops, lenient=lenient, stream=stream)
     return done.chat, done.dropped
-
-
-@dataclass(frozen=True)
-class Translated:
-    """A Messages request as a chat request: the fields it dropped, and the chat
-    request's field names as the Messages request names them."""
-
-    chat: ChatCompletionRequest
-    dropped: list[str]
-    names: FieldNames
 
 
 def translate(
