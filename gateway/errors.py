@@ -51,6 +51,10 @@ class GatewayError(Exception):
     # what an upstream said, when the error maps an upstream answer
     upstream_status: int | None = None
     upstream_body: str | None = None
+    # does ``param`` already name the field as the API the client called names it? Set by
+    # a translation that refuses what it read, and once a chat path was renamed
+    # (gateway.protocol.fieldnames): chat's names are not applied to it (again).
+    param_named: bool = False
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ from gateway.admission.cache import ResponseCache
 from gateway.admission.limits import RateLimit
 from gateway.config import CacheRule, GatewayConfig
 from gateway.dispatch import Gateway, ReplicaSync
-from gateway.errors import ContextLengthExceededError, GatewayError
+from gateway.errors import GatewayError
 from gateway.hosted.context import HostedContext
 from gateway.http.bodies import BodyBuffers
 from gateway.http.cors import cors_config, trusted_origins
@@ -35,7 +35,7 @@ from gateway.ingress.response_tools import HostedTools
 from gateway.ingress.store import ResponseStore
 from gateway.mcp.accounting import ToolAccounting
 from gateway.mcp.servers import HubSlot
-from gateway.protocol.messages import overflow_message
+from gateway.protocol.messages import error_message
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
 from gateway.telemetry.instruments import Telemetry
@@ -212,10 +212,7 @@ def _cache_rules(config: GatewayConfig) -> dict[str, CacheRule]:
 
 def _gateway_error(request: Request[Any, Any, Any], exc: GatewayError) -> Response[dict[str, Any]]:
     if _anthropic(request):
-        message = exc.message
-        if isinstance(exc, ContextLengthExceededError) and exc.limit is not None:
-            message = overflow_message(exc.prompt_tokens or 0, exc.max_tokens or 0, exc.limit)
-        return _anthropic_error(request, exc.status_code, message, exc.headers())
+        return _anthropic_error(request, exc.status_code, error_message(exc), exc.headers())
     return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
 
 

@@ -27,8 +27,8 @@ from gateway.protocol import (
     CompletionRequest,
     Usage,
 )
+from gateway.protocol.fieldnames import FieldNames
 from gateway.protocol.frames import FrameStream
-from gateway.protocol.parts import chat_part
 
 
 class Served(Protocol):
@@ -110,11 +110,10 @@ class Endpoint(ABC, Generic[Req, Whole]):
         """The request's session, once known (Responses keeps it with the stored response,
         for the turns that continue it)."""
 
-    def part_field(self, body: Req, kind: str) -> str | None:
-        """The field of the request's first content part of ``kind`` (a chat part type),
-        as its API names it."""
-        routed = self.request(body)
-        return chat_part(routed, kind) if isinstance(routed, ChatCompletionRequest) else None
+    def field_names(self, body: Req) -> FieldNames | None:
+        """The chat request's field names as ``body``'s API names them, for a request
+        translated to chat (none for chat itself, nor before the translation)."""
+        return None
 
     @abstractmethod
     async def whole(self, backend: Backend, body: Req, model: str) -> Whole:

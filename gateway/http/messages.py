@@ -42,9 +42,14 @@ from gateway.ingress.message_events import MessageEvents
 from gateway.ingress.messages import FORWARDED_HEADERS, MessagesCall, NativeMessage
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
+from gateway.protocol.fieldnames import FieldNames
 from gateway.protocol.frames import FrameStream
-from gateway.protocol.messages import CountTokensRequest, anthropic_status, error_body
-from gateway.protocol.parts import messages_part
+from gateway.protocol.messages import (
+    CountTokensRequest,
+    anthropic_status,
+    error_body,
+    error_message,
+)
 from gateway.telemetry.tracing import note_request
 
 Answered = ChatCompletion | NativeMessage
@@ -78,8 +83,8 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
         facts = RequestFacts.of_chat(call.routed())
         return replace(facts, server_tools=call.body.server_tools())
 
-    def part_field(self, call: MessagesCall, kind: str) -> str | None:
-        return messages_part(call.body, kind)
+    def field_names(self, call: MessagesCall) -> FieldNames | None:
+        return call.names
 
     async def whole(self, backend: Backend, call: MessagesCall, model: str) -> Answered:
         native = native_messages(backend)
@@ -131,7 +136,8 @@ class MessagesEndpoint(Endpoint[MessagesCall, Answered]):
     def end(self, call: MessagesCall, stream: ServedStream, failure: GatewayError | None) -> bytes:
         if failure is None:
             return b""
-        return sse("error", error_body(anthropic_status(failure.status_code), failure.message))
+        status = anthropic_status(failure.status_code)
+        return sse("error", error_body(status, error_message(failure)))
 
 
 def _translated(backend: Backend, call: MessagesCall, model: str) -> ChatCompletionRequest:
@@ -144,6 +150,7 @@ def _translated(backend: Backend, call: MessagesCall, model: str) -> ChatComplet
         chat = answered_by(call.chat(caps.messages_drop), model)
     except InvalidRequestError as exc:
         exc.counts_as_failure = False
+        exc.param_named = True  # the translation names the field of the request as sent
         raise
     call.clamped = None
     if caps.clamp_output and caps.context_length is not None and chat.max_tokens:
@@ -190,6 +197,10 @@ async def messages_count_tokens(scope: Scope, receive: Receive, send: Send) -> N
     ticket = await services.admission.admit(replace(estimate, max_output_tokens=0), key)
     try:
         tokens, how = await _count_tokens(gateway.first_choice(call.model), call, estimate)
+    except GatewayError as exc:
+        if call.names is not None:  # counted on the chat request: named as sent
+            call.names.rename(exc)
+        raise
     finally:
         await services.admission.settle(ticket, None)  # counts as a request, spends nothing
     answer = JSONBody(_json({"input_tokens": tokens}), {"x-shunter-token-count": how})

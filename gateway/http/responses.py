@@ -25,7 +25,7 @@ from gateway.admission.cache import chat_chunks, replay
 from gateway.admission.keys import KeyInfo
 from gateway.admission.sessions import SessionHint, SessionId
 from gateway.dispatch import ServedStream
-from gateway.errors import ContextLengthExceededError, GatewayError
+from gateway.errors import GatewayError
 from gateway.hosted import responses as hosted_tools
 from gateway.hosted.response_stream import HostedResponseEvents
 from gateway.http.asgi import JSONBody
@@ -46,7 +46,7 @@ from gateway.ingress.responses import (
 )
 from gateway.ingress.translate import sse
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
-from gateway.protocol.parts import responses_part
+from gateway.protocol.fieldnames import FieldNames
 from gateway.protocol.responses import (
     InputItem,
     InputItemList,
@@ -92,7 +92,7 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
             items = [InputItem.model_validate(item) for item in held["items"]]
             call.history = dump_messages(input_messages(items, call.tools))
         chat_body = await hosted_tools.prepare(call, hosted, key, call.response_id)
-        call.chat, call.turn = to_chat(chat_body, call.history, call.tools)
+        call.chat, call.turn, call.names = to_chat(chat_body, call.history, call.tools)
 
     def cacheable(self, call: ResponsesCall) -> bool:
         return call.hosted is None  # a hosted loop's answer depends on its tools' results
@@ -124,8 +124,8 @@ class ResponsesEndpoint(Endpoint[ResponsesCall, ChatCompletion]):
     def facts(self, call: ResponsesCall) -> RequestFacts:
         return RequestFacts.of_chat(call.chat_request())
 
-    def part_field(self, call: ResponsesCall, kind: str) -> str | None:
-        return responses_part(call.body, kind)
+    def field_names(self, call: ResponsesCall) -> FieldNames | None:
+        return call.names
 
     async def whole(self, backend: Backend, call: ResponsesCall, model: str) -> ChatCompletion:
         request = answered_by(call.chat_request(), model)
@@ -177,21 +177,7 @@ async def responses(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == ScopeType.WEBSOCKET:
         await serve_socket(scope, receive, send, RESPONSES)
         return
-    try:
-        await handle(scope, receive, send, RESPONSES)
-    except GatewayError as exc:
-        # the request path names chat's fields; a Responses client sent these
-        if exc.param is None and isinstance(exc, ContextLengthExceededError):
-            exc.param = "messages"
-        exc.param = _RESPONSES_PARAM.get(exc.param or "", exc.param)
-        raise
-
-
-_RESPONSES_PARAM = {
-    "messages": "input",
-    "max_tokens": "max_output_tokens",
-    "response_format": "text.format",
-}
+    await handle(scope, receive, send, RESPONSES)
 
 
 @get("/v1/responses/{response_id:str}")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -64,23 +65,44 @@ async def admit(
     """Prepare and admit a parsed request: the admitted request, and what serves it (the
     answer as an ASGI app), to run with :func:`answer`."""
     services = arrival.services
-    await endpoint.prepare(services, arrival.key, body)
-    arrival.facts.update(model=body.model, stream=bool(body.stream))
-    session = request_session(arrival, endpoint, body)
-    if session is not None:
-        arrival.facts["session"] = session.id
-    try:
-        ticket = await services.admission.admit(endpoint.facts(body), arrival.key, session)
-    except SessionStoppedError as exc:
-        if not exc.should_retry:  # stopped, not only waiting for its requests in flight
-            arrival.facts["session_stop"] = exc.reason
-        raise
+    with _client_names(endpoint, body):
+        await endpoint.prepare(services, arrival.key, body)
+        arrival.facts.update(model=body.model, stream=bool(body.stream))
+        session = request_session(arrival, endpoint, body)
+        if session is not None:
+            arrival.facts["session"] = session.id
+        try:
+            ticket = await services.admission.admit(endpoint.facts(body), arrival.key, session)
+        except SessionStoppedError as exc:
+            if not exc.should_retry:  # stopped, not only waiting for its requests in flight
+                arrival.facts["session_stop"] = exc.reason
+            raise
     admitted = Admitted(arrival, ticket)
 
     def serve() -> Awaitable[ASGIApp]:
         return _serve(admitted, endpoint, body)
 
     return admitted, serve
+
+
+@contextmanager
+def _client_names(endpoint: Endpoint[Req, Whole], body: Req) -> Iterator[None]:
+    """A failure names its field as the API the client called does: the one place a
+    translated request's chat names (a backend's, routing's, an upstream's) are renamed
+    (:mod:`gateway.protocol.fieldnames`), whatever raised them."""
+    try:
+        yield
+    except GatewayError as exc:
+        _renamed(endpoint, body, exc)
+        raise
+
+
+def _renamed(endpoint: Endpoint[Req, Whole], body: Req, exc: GatewayError) -> GatewayError:
+    """``exc`` with its field named as the API the client called names it."""
+    names = endpoint.field_names(body)
+    if names is not None:
+        names.rename(exc)
+    return exc
 
 
 def request_session(
@@ -166,6 +188,11 @@ async def answer(admitted: Admitted, serve: Callable[[], Awaitable[ASGIApp]]) ->
 
 async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -> ASGIApp:
     """The answer from the cache, else from a deployment, whole or streamed."""
+    with _client_names(endpoint, body):
+        return await _served(admitted, endpoint, body)
+
+
+async def _served(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) -> ASGIApp:
     routed = endpoint.request(body)
     cache = admitted.services.cache
     cache_key = cache.key(routed, admitted.ticket.key.id) if endpoint.cacheable(body) else None
@@ -175,7 +202,7 @@ async def _serve(admitted: Admitted, endpoint: Endpoint[Req, Whole], body: Req) 
             return await _cached(admitted, endpoint, body, hit)
     routing_facts = describe_request(routed, admitted.request_id, admitted.session_id)
     if not routing_facts.content_parts <= _TEXT and isinstance(routed, ChatCompletionRequest):
-        _refuse_unread_parts(admitted.gateway, endpoint, body, routed, routing_facts)
+        _refuse_unread_parts(admitted.gateway, body.model, routed, routing_facts)
     if body.stream:
         return await _stream(admitted, endpoint, body, routed, routing_facts)
 
@@ -198,15 +225,12 @@ _TEXT = frozenset({"text"})  # what every deployment reads
 
 
 def _refuse_unread_parts(
-    gateway: Gateway,
-    endpoint: Endpoint[Req, Whole],
-    body: Req,
-    routed: ChatCompletionRequest,
-    facts: RequestFacts,
+    gateway: Gateway, model: str, routed: ChatCompletionRequest, facts: RequestFacts
 ) -> None:
     """A 400 naming the first content part whose kind no deployment of the model reads (a
-    kind some deployment reads is routed to one that does, as any other request)."""
-    pool = gateway.policy_candidates(body.model, live=False)
+    kind some deployment reads is routed to one that does, as any other request). The part
+    is named by its chat path; the spine names it as the called API does."""
+    pool = gateway.policy_candidates(model, live=False)
     if not pool:
         return
     unread = {
@@ -216,8 +240,8 @@ def _refuse_unread_parts(
     }
     first = routed.first_part(unread)
     if first is not None:
-        kind = first[1]
-        raise unread_part(kind, endpoint.part_field(body, kind), f"The model '{body.model}'")
+        field, kind = first
+        raise unread_part(kind, field, f"The model '{model}'")
 
 
 async def _cached(
@@ -259,7 +283,8 @@ async def _stream(
     facts.update(deployment=stream.deployment, route=stream.reason, ttft_ms=ttft_ms)
 
     def end(failure: GatewayError | None) -> bytes:
-        return endpoint.end(body, stream, failure)
+        said = None if failure is None else _renamed(endpoint, body, failure)
+        return endpoint.end(body, stream, said)
 
     frames = _sse(stream, facts, admitted.settle, end)
     headers = admitted.headers(stream.headers) | endpoint.answer_headers(body)

@@ -28,7 +28,9 @@ answer says so (``x-shunter-dropped``). What maps (:func:`to_chat`):
   the tools); cached tokens come back as ``cache_read_input_tokens``;
 * ``metadata`` is never copied (its ``user_id`` identifies a device, not a user).
 
-The answers (chat → Messages) are in :mod:`gateway.ingress.message_answer`.
+Where each chat message and tool came from is kept (:func:`translate`), so that a refusal
+of the chat request names the field as the client sent it. The answers (chat → Messages)
+are in :mod:`gateway.ingress.message_answer`.
 """
 
 from __future__ import annotations
@@ -41,8 +43,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.errors import InvalidRequestError
+from gateway.ingress.message_names import (
+    PART,
+    TOOL_RESULT,
+    TOOL_USE,
+    Said,
+    ToolSites,
+    Translated,
+    message_names,
+    system_origin,
+    turn_origin,
+)
+from gateway.ingress.message_turns import AssistantTurn, hosted_block
 from gateway.protocol import ChatCompletionRequest, ChatMessage, Usage
 from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
+from gateway.protocol.fieldnames import FieldNames, Origin, Site
 from gateway.protocol.messages import Block, MessageParam, MessagesRequest
 from gateway.protocol.messages_codec import (
     chat_tool,
@@ -98,6 +113,10 @@ class MessagesCall:
     dropped: list[str] = field(default_factory=list)
     clamped: int | None = None  # the output budget a deployment lowered it to
     _routed: ChatCompletionRequest | None = None
+    names: FieldNames | None = None
+    """The field names of the chat request last translated, as this request names them."""
+    sent: MessagesRequest = field(init=False)
+    """The body as the client sent it (hosted tools replace :attr:`body`)."""
     hosted: Any = None
     """The hosted tools (``mcp_servers``, stand-ins) the gateway runs for this request
     (:mod:`gateway.hosted`), when it has any."""
@@ -119,6 +138,9 @@ class MessagesCall:
             raise request_error(exc) from exc
         return cls(body, parsed, headers)
 
+    def __post_init__(self) -> None:
+        self.sent = self.body
+
     @property
     def model(self) -> str:
         return self.body.model
@@ -136,17 +158,19 @@ class MessagesCall:
         take is routed all the same."""
         if self._routed is None:
             try:
-                self._routed = to_chat(self.body, lenient=True)[0]
+                done = translate(self.body, lenient=True, sent=self.sent)
+                self._routed, self.names = done.chat, done.names
             except InvalidRequestError:  # malformed for chat: the upstream may judge it
                 self._routed = _bare(self.body)
+                self.names = message_names(self.sent, [], [])
         return self._routed
 
     def chat(self, drops: frozenset[str]) -> ChatCompletionRequest:
         """The chat request for a deployment that drops ``drops``; what it dropped is
         noted in :attr:`dropped` (a 400 naming the field it can neither map nor drop)."""
-        chat, dropped = to_chat(self.body, drops=drops)
-        self.dropped = dropped
-        return chat
+        done = translate(self.body, drops=drops, sent=self.sent)
+        self.dropped, self.names = done.dropped, done.names
+        return done.chat
 
     def native(self, *, count: bool = False) -> bytes:
         """The body a Messages upstream gets: as sent, ``model`` set by the backend (a
@@ -163,20 +187,40 @@ def to_chat(
     stream: bool | None = None,
 ) -> tuple[ChatCompletionRequest, list[str]]:
     """The chat request for a Messages request, and the fields it dropped."""
-    translation = _Translation(body, drops, lenient)
-    return translation.request(stream), sorted(translation.dropped)
+    done = translate(body, drops=drops, lenient=lenient, stream=stream)
+    return done.chat, done.dropped
+
+
+def translate(
+    body: MessagesRequest,
+    *,
+    drops: frozenset[str] = frozenset(),
+    lenient: bool = False,
+    stream: bool | None = None,
+    sent: MessagesRequest | None = None,
+) -> Translated:
+    """:func:`to_chat`, with the field names (``sent``: the body as the client sent it,
+    when hosted tools changed ``body``)."""
+    translation = _Translation(body, drops, lenient, sent or body)
+    chat = translation.request(stream)
+    return Translated(chat, sorted(translation.dropped), translation.names)
 
 
 class _Translation:
     """One translation: refuses what it cannot map unless ``drops`` (or ``lenient``)
     lets it go, and remembers what went."""
 
-    def __init__(self, body: MessagesRequest, drops: frozenset[str], lenient: bool) -> None:
+    def __init__(
+        self, body: MessagesRequest, drops: frozenset[str], lenient: bool, sent: MessagesRequest
+    ) -> None:
         self.body = body
         self.drops = drops
         self.lenient = lenient
         self.dropped: set[str] = set()
         self.cached = False  # a cache_control breakpoint was seen
+        self.sent = sent
+        self.tool_sites: list[Site] = []
+        self.names = message_names(sent, [], [])
 
     def drop(self, name: str, param: str, why: str) -> None:
         """Drop ``name`` where the rules allow it, else refuse it (a 400 naming ``param``)."""
@@ -195,9 +239,11 @@ class _Translation:
             self._extra(name)
         if body.metadata is not None:
             self.drop("metadata", "metadata", "metadata has no chat equivalent")
-        messages = self._system()
+        said = self._system()
         for i, message in enumerate(body.messages):
-            messages.extend(self._turn(message, i))
+            said.extend(self._turn(message, i))
+        messages = [message for message, _ in said]
+        self.names = message_names(self.sent, [origin for _, origin in said], self.tool_sites)
         if not messages:
             raise InvalidRequestError(
                 "messages: at least one message is required", param="messages"
@@ -225,13 +271,13 @@ class _Translation:
         else:
             self.drop(name, name, "this field has no chat equivalent")
 
-    def _system(self) -> list[ChatMessage]:
+    def _system(self) -> list[Said]:
         system = self.body.system
         if isinstance(system, list):
             for block in system:
                 self._block_extras(block.model_extra, "system")
         text = self.body.system_text()
-        return [ChatMessage(role="system", content=text)] if text else []
+        return [(ChatMessage(role="system", content=text), system_origin())] if text else []
 
     def _block_extras(self, extra: dict[str, Any] | None, param: str) -> None:
         for name, value in (extra or {}).items():
@@ -244,15 +290,16 @@ class _Translation:
 
     # --- turns ---------------------------------------------------------------------------
 
-    def _turn(self, message: MessageParam, i: int) -> list[ChatMessage]:
+    def _turn(self, message: MessageParam, i: int) -> list[Said]:
         content = message.content
         if isinstance(content, str):
-            return [ChatMessage(role=message.role, content=content)]
+            return [(ChatMessage(role=message.role, content=content), turn_origin(i))]
         if message.role == "assistant":
             return self._assistant(content, i)
-        out: list[ChatMessage] = []
+        out: list[Said] = []
         parts: list[ContentPart] = []
-        images: list[ContentPart] = []  # from tool results: after the tool messages
+        sites: list[Site | None] = []
+        images: list[tuple[ContentPart, Site]] = []  # from tool results: after those
         for j, block in enumerate(content):
             param = f"messages[{i}].content[{j}]"
             if block.type in _SKIPPED_BLOCKS:
@@ -260,16 +307,19 @@ class _Translation:
             self._block_extras(block.model_extra, param)
             if block.type == "tool_result" and message.role == "user":
                 tool, shown = self._tool_result(block, param)
-                out.append(tool)
+                out.append((tool, Origin(Site(param, TOOL_RESULT))))
                 images.extend(shown)
             else:
                 part = self._part(block, param)
                 if part is not None:
                     parts.append(part)
+                    sites.append(Site(param, PART))
         if images:
-            out.append(ChatMessage(role="user", content=images))
+            shown_parts = [part for part, _ in images]
+            placed: list[Site | None] = [site for _, site in images]
+            out.append((ChatMessage(role="user", content=shown_parts), turn_origin(i, placed)))
         if parts:
-            out.append(_message(message.role, parts))
+            out.append((_message(message.role, parts), turn_origin(i, sites)))
         return out
 
     def _part(self, block: Block, param: str) -> ContentPart | None:
@@ -290,37 +340,36 @@ class _Translation:
         )
         return None
 
-    def _assistant(self, content: list[Block], i: int) -> list[ChatMessage]:
+    def _assistant(self, content: list[Block], i: int) -> list[Said]:
         """An assistant turn: its text and calls; a hosted call's result (an
         ``mcp_tool_result`` block) ends a message, as the model read it there."""
-        said: list[ChatMessage] = []
-        texts: list[str] = []
-        calls: list[ToolCall] = []
+        said: list[Said] = []
+        turn = AssistantTurn(i)
         for j, block in enumerate(content):
             param = f"messages[{i}].content[{j}]"
             if block.type in _SKIPPED_BLOCKS:
                 continue
             if block.type in ("mcp_tool_use", "mcp_tool_result"):
-                said.extend(_hosted_block(block, param, texts, calls))
+                said.extend(hosted_block(block, param, turn))
                 continue
             self._block_extras(block.model_extra, param)
             if block.type == "text":
-                texts.append(block.text or "")
+                turn.texts.append(block.text or "")
             elif block.type == "tool_use":
                 if not block.id or not block.name:
                     raise InvalidRequestError("tool_use blocks need an id and a name", param=param)
                 function = FunctionCall(name=block.name, arguments=tool_arguments(block.input))
-                calls.append(ToolCall(id=block.id, function=function))
+                turn.call(ToolCall(id=block.id, function=function), Site(param, TOOL_USE))
             else:
                 part = self._part(block, param)
-                texts.append(part.text or "" if part is not None else "")
-        text = "".join(texts)
-        if said and not text and not calls:
+                turn.texts.append(part.text or "" if part is not None else "")
+        if said and not "".join(turn.texts) and not turn.calls:
             return said
-        message = ChatMessage(role="assistant", content=text or None, tool_calls=calls or None)
-        return [*said, message]
+        return [*said, turn.flush()]
 
-    def _tool_result(self, block: Block, param: str) -> tuple[ChatMessage, list[ContentPart]]:
+    def _tool_result(
+        self, block: Block, param: str
+    ) -> tuple[ChatMessage, list[tuple[ContentPart, Site]]]:
         if not block.tool_use_id:
             raise InvalidRequestError(
                 "tool_result blocks need a tool_use_id", param=f"{param}.tool_use_id"
@@ -332,7 +381,7 @@ class _Translation:
             for k, inner in enumerate(content):
                 part = self._part(inner, f"{param}.content[{k}]")
                 if part is not None and part.type == "image_url":
-                    images.append(part)
+                    images.append((part, Site(f"{param}.content[{k}]", PART)))
                 elif part is not None:
                     texts.append(part.text or "")
         text = "".join(texts)
@@ -347,6 +396,7 @@ class _Translation:
         body = self.body
         out: dict[str, Any] = {}
         tools: list[dict[str, Any]] = []
+        sites = ToolSites(self.sent)
         for k, tool in enumerate(body.tools or []):
             if tool.type not in _CLIENT_TOOLS:
                 why = f"'{tool.type}' is a server tool, which only Anthropic's own API runs"
@@ -354,6 +404,7 @@ class _Translation:
                 continue
             self._block_extras(tool.model_extra, f"tools[{k}]")
             tools.append(chat_tool(tool.name, tool.description, tool.input_schema))
+            self.tool_sites.append(sites.site(tool))
         if tools:
             out["tools"] = tools
         choice = body.tool_choice
@@ -394,42 +445,6 @@ def _bare(body: MessagesRequest) -> ChatCompletionRequest:
     text = json.dumps([m.model_dump(mode="json") for m in body.messages], ensure_ascii=False)
     message = ChatMessage(role="user", content=text)
     return ChatCompletionRequest(model=body.model, messages=[message], max_tokens=body.max_tokens)
-
-
-def _hosted_block(
-    block: Block, param: str, texts: list[str], calls: list[ToolCall]
-) -> list[ChatMessage]:
-    """A hosted MCP call the gateway ran (``mcp_tool_use``: the model's call, named
-    ``<server>__<tool>`` as it was offered) or its result (``mcp_tool_result``: it ends
-    the assistant message so far, then the result follows as a tool message)."""
-    if block.type == "mcp_tool_use":
-        server = (block.model_extra or {}).get("server_name")
-        if not block.id or not block.name or not isinstance(server, str):
-            raise InvalidRequestError(
-                "mcp_tool_use blocks need an id, a name and a server_name", param=param
-            )
-        flat = f"{server}__{block.name}"
-        function = FunctionCall(name=flat, arguments=tool_arguments(block.input))
-        calls.append(ToolCall(id=block.id, function=function))
-        return []
-    if not block.tool_use_id:
-        raise InvalidRequestError(
-            "mcp_tool_result blocks need a tool_use_id", param=f"{param}.tool_use_id"
-        )
-    content = block.content
-    text = content if isinstance(content, str) else ""
-    if isinstance(content, list):
-        text = "".join(inner.text or "" for inner in content)
-    if block.is_error:
-        text = f"Error: {text}"
-    out = []
-    if texts or calls:
-        joined = "".join(texts) or None
-        out.append(ChatMessage(role="assistant", content=joined, tool_calls=list(calls) or None))
-        texts.clear()
-        calls.clear()
-    out.append(ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text))
-    return out
 
 
 def _says_nothing(name: str, value: Any) -> bool:

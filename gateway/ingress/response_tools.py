@@ -35,11 +35,14 @@ _SEPARATOR = "__"
 
 @dataclass(frozen=True)
 class ToolName:
-    """What a flat (upstream) tool name stands for."""
+    """What a flat (upstream) tool name stands for, and where the request gave it
+    (``tools[2]``, ``tools[1].tools[0]``, ``input[3].tools[0]``; empty for a tool the gateway
+    offers itself)."""
 
     name: str
     namespace: str | None = None
     custom: bool = False
+    where: str = ""
 
 
 @dataclass
@@ -111,7 +114,7 @@ def _add(
         return
     flat = mapped.flat(tool.name, namespace)
     custom = tool.type == "custom"
-    mapped.names[flat] = ToolName(tool.name, namespace, custom)
+    mapped.names[flat] = ToolName(tool.name, namespace, custom, where)
     function = _custom_function(tool) if custom else _function(tool)
     mapped.chat.append({"type": "function", "function": {**function, "name": flat}})
 

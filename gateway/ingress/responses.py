@@ -15,6 +15,9 @@ outputs (``tool`` messages). ``tools`` (:mod:`gateway.ingress.response_tools`),
 ``conversation`` come before ``input`` as a stored conversation does; ``background``,
 ``prompt`` (a stored template) and ``top_logprobs`` above 0 are refused.
 
+Where each chat message and tool came from is kept (:mod:`gateway.ingress.response_names`),
+so that a refusal of the chat request names the field as the client sent it.
+
 Answer (chat → Responses): the upstream's reasoning (``reasoning_content``) becomes a
 ``reasoning`` item, text one ``message`` output item, each tool call a ``function_call``
 (or ``custom_tool_call``) item; ``finish_reason`` ``length`` makes the response
@@ -30,6 +33,13 @@ from gateway.errors import InvalidRequestError
 from gateway.ingress.compaction import summary_message
 from gateway.ingress.conversations import ConversationStore
 from gateway.ingress.response_history import mcp_call_messages
+from gateway.ingress.response_names import (
+    call_site,
+    field_origin,
+    item_origins,
+    response_names,
+    tool_sites,
+)
 from gateway.ingress.response_tools import (
     ToolMap,
     chat_tool_fields,
@@ -40,6 +50,7 @@ from gateway.ingress.response_tools import (
 from gateway.ingress.store import ResponseStore
 from gateway.protocol import ChatCompletion, ChatCompletionRequest, ChatMessage, Usage, now
 from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
+from gateway.protocol.fieldnames import FieldNames, Origin
 from gateway.protocol.responses import (
     CustomToolCallItem,
     FunctionCallItem,
@@ -76,6 +87,8 @@ class ResponsesCall:
     transcript: list[dict[str, Any]] | None = None
     turn: list[ChatMessage] = field(default_factory=list)
     chat: ChatCompletionRequest | None = None
+    names: FieldNames | None = None
+    """The chat request's field names as the request names them, once it is translated."""
     tools: ToolMap = field(default_factory=ToolMap)
     store: ResponseStore | None = None
     conversations: ConversationStore | None = None
@@ -135,14 +148,19 @@ _SKIPPED_ITEMS = (
 
 def to_chat(
     body: ResponsesRequest, history: list[dict[str, Any]], tools: ToolMap
-) -> tuple[ChatCompletionRequest, list[ChatMessage]]:
+) -> tuple[ChatCompletionRequest, list[ChatMessage], FieldNames]:
     """The chat request for a Responses request after ``history`` (stored chat messages),
-    and the chat messages of this turn's input; ``tools``: the request's, mapped."""
+    the chat messages of this turn's input, and the chat request's field names as the
+    Responses request names them; ``tools``: the request's, mapped."""
+    names = response_names()
     messages: list[ChatMessage] = []
     if body.instructions:
         messages.append(ChatMessage(role="system", content=body.instructions))
+        names.messages.append(field_origin("instructions"))
     messages.extend(ChatMessage.model_validate(m) for m in history)
-    turn = input_messages(body.input, tools)
+    stored = "previous_response_id" if body.previous_response_id else "conversation"
+    names.messages.extend(field_origin(stored) for _ in history)
+    turn = input_messages(body.input, tools, names.messages)
     messages.extend(turn)
     if not messages:
         raise InvalidRequestError("The input is empty.", param="input")
@@ -160,13 +178,14 @@ def to_chat(
     if body.reasoning is not None and body.reasoning.effort is not None:
         fields["reasoning_effort"] = body.reasoning.effort
     fields.update(chat_tool_fields(body.tool_choice, tools))
+    names.tools = tool_sites(fields.get("tools") or [], tools)
     fmt = body.text.format if body.text is not None else None
     if fmt is not None and fmt.type != "text":
         fields["response_format"] = _response_format(fmt.model_dump(by_alias=True))
     if body.text is not None and body.text.verbosity is not None:
         fields["verbosity"] = body.text.verbosity
     extras = {k: v for k, v in (body.model_extra or {}).items() if k in _EXTRAS}
-    return ChatCompletionRequest(**fields, **extras), turn
+    return ChatCompletionRequest(**fields, **extras), turn, names
 
 
 def refuse_unserved(body: ResponsesRequest) -> None:
@@ -194,13 +213,21 @@ def refuse_unserved(body: ResponsesRequest) -> None:
         )
 
 
-def input_messages(given: str | list[InputItem], tools: ToolMap | None = None) -> list[ChatMessage]:
-    """The chat messages of ``input`` (``tools``: how tool names reach the upstream)."""
+def input_messages(
+    given: str | list[InputItem],
+    tools: ToolMap | None = None,
+    origins: list[Origin] | None = None,
+) -> list[ChatMessage]:
+    """The chat messages of ``input`` (``tools``: how tool names reach the upstream);
+    where each came from is added to ``origins``, when given."""
+    noted = origins if origins is not None else []
     if isinstance(given, str):
+        noted.append(field_origin("input"))
         return [ChatMessage(role="user", content=given)]
     tools = tools if tools is not None else ToolMap()
     messages: list[ChatMessage] = []
     for i, item in enumerate(given):
+        before = len(messages)
         if item.type == "message":
             messages.append(_message(item, i))
         elif item.type in ("function_call", "custom_tool_call"):
@@ -216,6 +243,10 @@ def input_messages(given: str | list[InputItem], tools: ToolMap | None = None) -
                 f"Input items of type '{item.type}' are not supported by this gateway.",
                 param=f"input[{i}].type",
             )
+        if len(messages) > before:
+            noted.extend(item_origins(item, i, len(messages) - before))
+        elif item.type in ("function_call", "custom_tool_call") and noted:
+            noted[-1].calls.append(call_site(item, i))  # one more call of the message before
     return messages
 
 

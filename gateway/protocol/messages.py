@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
+from gateway.errors import ContextLengthExceededError, GatewayError
 from gateway.protocol.common import RequestModel, ResponseModel, new_id
 from gateway.protocol.toolschema import ToolSchema
 
@@ -187,6 +188,19 @@ def overflow_message(prompt_tokens: int, max_tokens: int, limit: int) -> str:
         f"input length and `max_tokens` exceed context limit: {prompt_tokens} + "
         f"{max_tokens} > {limit}, decrease input length or `max_tokens` and try again"
     )
+
+
+def error_message(exc: GatewayError) -> str:
+    """A refusal's message as the Messages API says it (its errors carry no ``param``): a
+    context overflow in Anthropic's words where the figures are known, else led by the
+    field it concerns (``tools[2].input_schema: ...``) unless it names that already."""
+    if isinstance(exc, ContextLengthExceededError):
+        if exc.limit is None:
+            return exc.message
+        return overflow_message(exc.prompt_tokens or 0, exc.max_tokens or 0, exc.limit)
+    if exc.param and exc.param not in exc.message:
+        return f"{exc.param}: {exc.message}"
+    return exc.message
 
 
 def error_body(status: int, message: str, request_id: str | None = None) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def claude_session(request: dict[str, Any], headers: bool = True) -> SessionId |
 def codex_call(body: dict[str, Any]) -> ResponsesCall:
     call = RESPONSES.parse(json.dumps(body).encode())
     call.tools = tool_map(call.body.tools, call.body.input, "drop")
-    call.chat, call.turn = to_chat(call.body, [], call.tools)
+    call.chat, call.turn, _ = to_chat(call.body, [], call.tools)
     return call
 
 
