@@ -16,4 +16,6 @@ fi
 .venv/bin/ruff check gateway backends policies tests bench
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache  # the layer contracts in pyproject.toml
-.venv/bin/pytest -q "$@"
+# the tests wait on servers and sockets far more than they compute: four processes, each
+# test file whole in one of them (its module servers started once, its tests in order)
+.venv/bin/pytest -q -n "${SHUNTER_TEST_PROCESSES:-4}" --dist loadfile "$@"

@@ -36,7 +36,12 @@ def wanted(extra: str | None) -> list[Requirement]:
 
 
 @pytest.mark.parametrize(
-    ("lock", "extra"), [("requirements.lock", None), ("requirements-dev.lock", "dev")]
+    ("lock", "extra"),
+    [
+        ("requirements.lock", None),
+        ("requirements-dev.lock", "dev"),
+        ("requirements-gpu.lock", "vllm"),
+    ],
 )
 def test_every_dependency_is_pinned_with_hashes_at_an_allowed_version(
     lock: str, extra: str | None
