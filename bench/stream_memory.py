@@ -19,7 +19,8 @@ snapshot after each. Per stream of a batch:
 * ``cyclic``: traced bytes, and ``objects``, that only the collection freed: reference
   cycles, which a worker holds until its collector gets to them (the automatic collector
   is off from the first snapshot on, so this counts all a batch left, not what happened
-  to be left since the last automatic pass);
+  to be left since the last automatic pass); the bytes include the free lists a full
+  collection empties, a constant per snapshot (with no cycles, ``objects`` is 0);
 * ``RSS``: the workers' resident memory (noisy: allocator pools, the first batches' pages).
 
 Read the ratio of resumed to plain: the machine is noisy, the ratio less so. The sites
