@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from backends.http import h1
@@ -20,6 +21,7 @@ from gateway.config import parse_config
 from gateway.dispatch import Gateway
 from gateway.dispatch.midstream.resume import Resume
 from gateway.http.app import AppSettings, create_app
+from gateway.ingress.responses import ResponsesCall
 from tests.fixtures.fault_upstream import CHUNKS, FaultUpstream
 
 STREAMS = 40
@@ -46,19 +48,24 @@ def answer_of(text: str) -> str:
     return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
 
 
+def cutting_app(a: FaultUpstream, b: FaultUpstream) -> Litestar:
+    """Model ``m``: ``a``, which cuts every stream after four chunks, then ``b``."""
+    a.default_fault = "cut:4"
+    config = parse_config(
+        "deployments:\n"
+        f"  - {{name: a, backend: openai, base_url: '{a.url}', model: up-a}}\n"
+        f"  - {{name: b, backend: openai, base_url: '{b.url}', model: up-b}}\n"
+        "models:\n  m: {candidates: [a, b], policy: [first]}\n"
+        "reliability: {failure_threshold: 1000}\n",  # a stays in the route
+        "t.yaml",
+    )
+    return create_app(AppSettings(config=config), Gateway.from_config(config))
+
+
 @pytest.mark.usefixtures("collector_off")
 def test_resumed_streams_leave_no_connections_behind() -> None:
     with FaultUpstream() as a, FaultUpstream() as b:
-        a.default_fault = "cut:4"  # every stream on a is cut after four chunks
-        config = parse_config(
-            "deployments:\n"
-            f"  - {{name: a, backend: openai, base_url: '{a.url}', model: up-a}}\n"
-            f"  - {{name: b, backend: openai, base_url: '{b.url}', model: up-b}}\n"
-            "models:\n  m: {candidates: [a, b], policy: [first]}\n"
-            "reliability: {failure_threshold: 1000}\n",  # a stays in the route
-            "t.yaml",
-        )
-        app = create_app(AppSettings(config=config), Gateway.from_config(config))
+        app = cutting_app(a, b)
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
         with TestClient(app) as client:
             before = alive(h1._Connection)
@@ -70,4 +77,18 @@ def test_resumed_streams_leave_no_connections_behind() -> None:
             # b's idle connections stay pooled; each of a's was cut and must be gone
             assert alive(h1._Connection) - before <= 2
             assert alive(Resume) == 0
+        assert len(a.requests) == len(b.requests) == STREAMS
+
+
+@pytest.mark.usefixtures("collector_off")
+def test_resumed_responses_streams_leave_no_calls_behind() -> None:
+    with FaultUpstream() as a, FaultUpstream() as b:
+        app = cutting_app(a, b)
+        body = {"model": "m", "input": "hi", "stream": True}
+        with TestClient(app) as client:
+            for _ in range(STREAMS):
+                response = client.post("/v1/responses", json=body)
+                assert response.status_code == 200
+                assert "response.completed" in response.text
+            assert alive(ResponsesCall) == 0
         assert len(a.requests) == len(b.requests) == STREAMS
