@@ -14,6 +14,7 @@ response), :class:`ReadTimeout` (a read waited too long), all :class:`H1Error`.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import ssl
 from collections import deque
@@ -47,14 +48,21 @@ class ReadTimeout(H1Error, TimeoutError):
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive connection; carries one exchange at a time."""
+    """One keep-alive connection; carries one exchange at a time.
+
+    It never takes part in a reference cycle, so that a connection that ends (a stream cut
+    mid-way, an error, an idle one dropped) is freed at once rather than by the garbage
+    collector, which the server runs rarely: the parser, which holds this connection's
+    callbacks, is dropped when the connection is lost, and a failure is raised as a fresh
+    exception each time (one kept here would hold, through its traceback, the frames that
+    hold this connection)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._reset()
 
     def _reset(self) -> None:
@@ -81,6 +89,8 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self.received_any = True
+        if self._parser is None:  # lost already: nothing more is read
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -92,6 +102,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._parser = None  # it holds this connection's callbacks
         if self.head_done and not self.complete and not self._chunked_or_sized():
             self.complete = True  # a close-delimited body ends with the connection
             self._wake()
@@ -106,6 +117,7 @@ class _Connection(asyncio.Protocol):
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
 
     def on_headers_complete(self) -> None:
+        assert self._parser is not None  # called by the parser itself
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim response: the real one follows
             self.headers = {}
@@ -125,6 +137,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self.status == 0:
             return  # end of an interim response
+        assert self._parser is not None  # called by the parser itself
         self.keep_alive = self._parser.should_keep_alive()  # only valid inside the callback
         self.complete = True
         self._wake()
@@ -176,8 +189,8 @@ class _Connection(asyncio.Protocol):
 
     async def _wait(self, timeout: float | None) -> None:
         if self._error is not None:
-            raise self._error
-        waiter = self._loop.create_future()
+            raise copy.copy(self._error)
+        waiter: asyncio.Future[None] = self._loop.create_future()
         self._waiter = waiter
         timer = None
         if timeout is not None:
@@ -188,6 +201,9 @@ class _Connection(asyncio.Protocol):
             self._waiter = None
             if timer is not None:
                 timer.cancel()
+            # a failure raised here holds this frame in its traceback, and the waiter
+            # (and the timer, through its arguments) holds the failure
+            del waiter, timer
 
     def _time_out(self, waiter: asyncio.Future[None]) -> None:
         if not waiter.done():
@@ -199,10 +215,10 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     def _fail(self, exc: BaseException) -> None:
-        self._error = exc
+        self._error = exc  # never raised itself: each reader gets a copy
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
+            waiter.set_exception(copy.copy(exc))
 
     def _chunked_or_sized(self) -> bool:
         return "content-length" in self.headers or "chunked" in self.headers.get(

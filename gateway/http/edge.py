@@ -33,6 +33,7 @@ import asyncio
 import json
 import math
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -343,20 +344,28 @@ class EdgeProtocol(HttpToolsProtocol):
     def _closing_if_unread(self, cycle: RequestResponseCycle) -> Callable[[Any], Awaitable[None]]:
         """``cycle.send``, but an answer that starts before the request's body arrived
         whole says ``Connection: close``, and the connection ends with it (see
-        :meth:`on_response_complete`) instead of waiting for a body nobody will use."""
-        send = cycle.send
+        :meth:`on_response_complete`) instead of waiting for a body nobody will use.
+
+        It holds the cycle and this protocol weakly: set as the cycle's own ``send``, a
+        strong hold would make a reference cycle of every such request, which only the
+        garbage collector (run rarely by the server) would free."""
+        send = type(cycle).send
+        cycle_ref, protocol_ref = weakref.ref(cycle), weakref.ref(self)
 
         async def send_closing(message: Any) -> None:
-            if not (cycle.more_body and message["type"] == "http.response.start"):
-                await send(message)
+            held, protocol = cycle_ref(), protocol_ref()
+            if held is None or protocol is None:
+                return  # the request is over: nothing is written for it any more
+            if not (held.more_body and message["type"] == "http.response.start"):
+                await send(held, message)
                 return
             headers = [*message.get("headers", ()), (b"connection", b"close")]
             closing: Any = {**message, "headers": headers}
-            await send(closing)
+            await send(held, closing)
             # the header is written; the connection's end is this protocol's, not uvicorn's
             # (which would close at once, and reset a client still sending)
-            cycle.keep_alive = True
-            self._close_after_answer = True
+            held.keep_alive = True
+            protocol._close_after_answer = True
 
         return send_closing
 

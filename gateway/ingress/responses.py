@@ -26,6 +26,7 @@ Answer (chat → Responses): the upstream's reasoning (``reasoning_content``) be
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +94,11 @@ class ResponsesCall:
     store: ResponseStore | None = None
     conversations: ConversationStore | None = None
     created_at: int = field(default_factory=now)
-    streams: dict[str, Any] = field(default_factory=dict)
+    streams: weakref.WeakValueDictionary[str, Any] = field(
+        default_factory=weakref.WeakValueDictionary
+    )
+    """The event streams opened for this call, by deployment, held weakly: each holds the
+    call, and a strong hold here would make a reference cycle of every streamed call."""
     body_bytes: int = 0
     session: dict[str, str] | None = None
     """The session this turn belongs to (``id``, ``label``), kept with the stored response;
