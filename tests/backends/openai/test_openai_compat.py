@@ -333,7 +333,9 @@ async def test_stall_mid_stream_times_out(upstream: FaultUpstream) -> None:
 
 
 async def test_total_timeout(upstream: FaultUpstream) -> None:
-    b = make_backend(upstream.url, timeouts=Timeouts(first_token_s=1, total_s=0.4))
+    # the first-token deadline well past the total one: a slow first chunk on a busy
+    # machine still meets the total deadline first
+    b = make_backend(upstream.url, timeouts=Timeouts(first_token_s=10, total_s=0.4))
     await b.start()
     try:
         with pytest.raises(UpstreamTimeoutError, match="total"):
