@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings
+from backends.llamacpp.backend import LlamaCppBackend
 from backends.llamacpp.sampling import Finished, GenerationJob, Sampling
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.errors import InvalidRequestError, ServiceUnavailableError
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.prefix import prefix_chain
