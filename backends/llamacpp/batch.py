@@ -6,7 +6,8 @@ One thread owns the context and loops:
 
 1. drop cancelled sequences and admit waiting jobs into free sequences, reusing KV that a
    sequence kept from an earlier request (or copying a live neighbour's stream) when the
-   new prompt shares its prefix;
+   new prompt shares its prefix (which sequence: ``placement.py``; what a sequence and its
+   job hold: ``sequences.py``);
 2. build one ``llama_batch``: the next token of every decoding sequence, then prompt chunks
    of prefilling sequences up to ``n_batch`` tokens in all (chunked prefill: a long prompt
    takes several steps and never stalls running decodes);
@@ -29,51 +30,23 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from backends.llamacpp.held import HeldChains
-from backends.llamacpp.sampling import (
-    Event,
-    Finished,
-    GenerationJob,
-    SamplerChain,
-    TokenLogprob,
-    token_logprob,
-)
-from backends.llamacpp.text import TextAssembler
-from gateway.errors import (
-    ContextLengthExceededError,
-    GatewayError,
-    InvalidRequestError,
-    ServiceUnavailableError,
-)
-
-MIN_COPY_GAIN = 16
-"""Prefix tokens another sequence must hold beyond the chosen one's own cache before its whole
-KV stream is copied over (a cross-stream copy moves the full stream buffer, which costs about
-as much as prefilling a few tokens); at least 1/256 of the context per sequence."""
+from backends.llamacpp.placement import Placement, check_prompt
+from backends.llamacpp.sampling import Event, Finished, TokenLogprob, token_logprob
+from backends.llamacpp.sequences import Deliver, Seq, Task, Ticket
+from gateway.errors import GatewayError, ServiceUnavailableError
 
 RATE_WINDOW_S = 10.0
 
 
-Deliver = Callable[[Event | BaseException], None]
 Post = Callable[[list[tuple[Deliver, Event | BaseException]]], None]
 
 
 def _nothing() -> None:
     pass
-
-
-@dataclass(eq=False)
-class Ticket:
-    """A submitted job with what the scheduler needs to run it; whoever takes it off the
-    wait queue owns (and frees) its sampler chain."""
-
-    job: GenerationJob
-    chain: SamplerChain
-    deliver: Deliver
-    submitted: float = field(default_factory=time.perf_counter)
 
 
 @dataclass(frozen=True)
@@ -85,41 +58,6 @@ class BatchSettings:
     kv_cache_type: str = "f16"
     flash_attn: bool | Literal["auto"] = "auto"
     prefix_cache: bool = True
-
-
-class _Task:
-    """A job running in a sequence."""
-
-    __slots__ = (
-        *("cached", "count", "first_token_s", "held", "next_token", "order", "out", "text"),
-        "ticket",
-    )
-
-    def __init__(self, ticket: Ticket, order: int, cached: int) -> None:
-        self.ticket = ticket
-        self.order = order
-        self.cached = cached
-        self.text = TextAssembler(ticket.job.stops)
-        self.next_token: int | None = None  # sampled, to be decoded in the next step
-        self.count = 0
-        self.first_token_s: float | None = None
-        self.out = -1  # batch index of this task's logits in the current step
-        self.held: list[str] | None = None if ticket.job.stream else []
-
-    @property
-    def prompt(self) -> list[int]:
-        return self.ticket.job.prompt_tokens
-
-
-class _Seq:
-    """A llama.cpp sequence: the tokens its KV holds (positions 0..n-1) and its task."""
-
-    __slots__ = ("id", "task", "tokens")
-
-    def __init__(self, seq_id: int) -> None:
-        self.id = seq_id
-        self.tokens: list[int] = []
-        self.task: _Task | None = None
 
 
 class _Rates:
@@ -165,17 +103,22 @@ class Scheduler:
 
         self._model = model
         self._post = post
-        self._prefix_cache = settings.prefix_cache
         self._ctx = _new_context(model.pointer, settings)
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         self.n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self._ctx))
         self._n_batch = int(llama_cpp.llama_n_batch(self._ctx))
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._min_copy_gain = max(MIN_COPY_GAIN, self.n_ctx_seq // 256)
-        self._seqs = [_Seq(i) for i in range(settings.parallel)]
+        self._seqs = [Seq(i) for i in range(settings.parallel)]
         self.held = HeldChains(settings.parallel)
         """The prefix links each sequence's KV holds (see ``held.py``)."""
+        self._placement = Placement(
+            self._seqs,
+            self._mem,
+            self.held,
+            prefix_cache=settings.prefix_cache,
+            n_ctx_seq=self.n_ctx_seq,
+        )
         self._waiting: deque[Ticket] = deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -309,7 +252,7 @@ class Scheduler:
                     return
                 free = sum(1 for s in self._seqs if s.task is None)
                 admitted = [self._waiting.popleft() for _ in range(min(free, self.waiting))]
-            for ticket, seq in self._match(admitted):
+            for ticket, seq in self._placement.match(admitted):
                 try:
                     self._admit(ticket, seq)
                 except Exception as exc:
@@ -325,95 +268,17 @@ class Scheduler:
             self._publish()
             self._flush()
 
-    def _match(self, tickets: list[Ticket]) -> list[tuple[Ticket, _Seq | None]]:
-        """Pair tickets with sequences when this round fills every free sequence.
-
-        Then which sequences run is settled (all of them), so each prompt goes where its
-        longest cached prefix is, best pairs first; otherwise each is placed on its own by
-        :meth:`_place`, which keeps running sequences contiguous.
-        """
-        for ticket in [t for t in tickets if t.job.cancelled.is_set()]:
-            ticket.chain.free()
-            tickets.remove(ticket)
-        free = [s for s in self._seqs if s.task is None]
-        if not self._prefix_cache or len(tickets) < max(2, len(free)):
-            return [(t, None) for t in tickets]
-        pairs = sorted(
-            ((_common_prefix(s.tokens, t.job.prompt_tokens), i, s.id)
-             for i, t in enumerate(tickets) for s in free),
-            reverse=True,
-        )  # fmt: skip
-        chosen: dict[int, _Seq] = {}
-        taken: set[int] = set()
-        for _, i, seq_id in pairs:
-            if i not in chosen and seq_id not in taken:
-                chosen[i] = self._seqs[seq_id]
-                taken.add(seq_id)
-        return [(t, chosen[i]) for i, t in enumerate(tickets)]
-
-    def _admit(self, ticket: Ticket, seq: _Seq | None) -> None:
+    def _admit(self, ticket: Ticket, seq: Seq | None) -> None:
         job = ticket.job
         check_prompt(job.prompt_tokens, self._model.n_vocab, self.n_ctx_seq)
         own = self.held.owners(job.prefix_chain, job.prefix_shared) if job.prefix_chain else None
-        seq, cached = self._place(job.prompt_tokens, seq, own)
+        seq, cached = self._placement.place(job.prompt_tokens, seq, own)
         self.held.fill(seq.id, job.prefix_chain, len(job.prompt_tokens))
         self._order += 1
-        seq.task = _Task(ticket, self._order, cached)
+        seq.task = Task(ticket, self._order, cached)
         self.busy += 1
         self.prompt_tokens_total += len(job.prompt_tokens)
         self.prefix_hit_tokens += cached
-
-    def _place(
-        self, prompt: list[int], seq: _Seq | None = None, own: set[int] | None = None
-    ) -> tuple[_Seq, int]:
-        """A free sequence for ``prompt`` (``seq`` if given) and how many prompt tokens its
-        KV already holds.
-
-        A conversation (``own``: the sequences holding its own part, past the start every
-        conversation shares) goes to one of its own, else to the one whose KV loses the
-        fewest tokens: another conversation's KV stays for its next turn (losing it costs a
-        whole prefill) while an emptier sequence serves. Then, as llama.cpp computes only
-        consecutive sequence ids in one pass when streams are separate, the free sequence
-        that keeps the running ones contiguous; then the longest cached prefix. When another
-        sequence (running or idle) holds a longer prefix of the prompt, its stream is copied
-        over first.
-        """
-        import llama_cpp
-
-        busy = {s.id for s in self._seqs if s.task is not None}
-        common = {s.id: _common_prefix(s.tokens, prompt) if self._prefix_cache else 0
-                  for s in self._seqs}  # fmt: skip
-        if seq is None:
-            free = [s for s in self._seqs if s.task is None]
-            seq = min(free, key=lambda s: (
-                0 if own is None else (s.id not in own, len(s.tokens) - common[s.id]),
-                _runs(busy | {s.id}),
-                -common[s.id],
-                s.id,
-            ))  # fmt: skip
-        shared = common[seq.id]
-        donor = max(self._seqs, key=lambda s: common[s.id])
-        if donor is not seq and common[donor.id] >= shared + self._min_copy_gain:
-            # the whole stream is copied at the start of the next decode, before that decode
-            # writes anything; the tail past the shared prefix is dropped below
-            llama_cpp.llama_memory_seq_cp(self._mem, donor.id, seq.id, -1, -1)
-            seq.tokens = list(donor.tokens)
-            self.held.copy(donor.id, seq.id)
-            shared = common[donor.id]
-        keep = max(0, min(shared, len(prompt) - 1))  # the last prompt token gives the logits
-        self._trim(seq, keep)
-        return seq, keep
-
-    def _trim(self, seq: _Seq, keep: int) -> None:
-        import llama_cpp
-
-        if keep >= len(seq.tokens) and keep > 0:
-            return
-        if keep == 0 or not llama_cpp.llama_memory_seq_rm(self._mem, seq.id, keep, -1):
-            llama_cpp.llama_memory_seq_rm(self._mem, seq.id, -1, -1)
-            keep = 0
-        del seq.tokens[keep:]
-        self.held.trim(seq.id, keep)
 
     def _drop_dead(self) -> None:
         """Cancelled jobs leave their sequences; so does a job with nothing to decode."""
@@ -497,7 +362,7 @@ class Scheduler:
         batch.seq_id[i][0] = seq_id
         batch.logits[i] = logits
 
-    def _sample(self, seq: _Seq) -> None:
+    def _sample(self, seq: Seq) -> None:
         task = seq.task
         assert task is not None
         token = task.ticket.chain.sample(self._ctx, task.out)
@@ -530,7 +395,7 @@ class Scheduler:
         row = np.ctypeslib.as_array(pointer, shape=(self._model.n_vocab,))
         return token_logprob(row, token, top, self._model.token_to_piece)
 
-    def _finish(self, seq: _Seq, reason: str) -> None:
+    def _finish(self, seq: Seq, reason: str) -> None:
         """The task leaves its sequence, which keeps its KV as a prefix cache."""
         task = self._release(seq)
         if reason != "cancelled":
@@ -544,18 +409,18 @@ class Scheduler:
         )
         self._outbox.append((task.ticket.deliver, finished))
 
-    def _emit(self, task: _Task, piece: str) -> None:
+    def _emit(self, task: Task, piece: str) -> None:
         if task.held is None:
             self._outbox.append((task.ticket.deliver, piece))
         else:
             task.held.append(piece)  # a whole answer: one event at the end, not one per token
 
-    def _fail(self, seq: _Seq, error: BaseException) -> None:
+    def _fail(self, seq: Seq, error: BaseException) -> None:
         task = self._release(seq)
-        self._trim(seq, 0)  # its KV may be half-written
+        self._placement.trim(seq, 0)  # its KV may be half-written
         self._outbox.append((task.ticket.deliver, error))
 
-    def _release(self, seq: _Seq) -> _Task:
+    def _release(self, seq: Seq) -> Task:
         task = seq.task
         assert task is not None
         seq.task = None
@@ -603,42 +468,6 @@ def _new_context(model: Any, settings: BatchSettings) -> Any:
             f"{settings.n_ctx_per_slot} tokens, KV {settings.kv_cache_type}){hint}"
         )
     return ctx
-
-
-def check_prompt(prompt: list[int], n_vocab: int, n_ctx_seq: int) -> None:
-    """Refuse a prompt the scheduler cannot place: no tokens (nothing to decode, no logits to
-    sample from), no room left to generate in a sequence, or ids outside the vocabulary (one
-    bad id fails the whole batch's decode, neighbours included)."""
-    if not prompt:
-        raise InvalidRequestError("the prompt has no tokens", param="prompt")
-    if len(prompt) >= n_ctx_seq:
-        raise ContextLengthExceededError(
-            f"This model's maximum context length is {n_ctx_seq} tokens. "
-            f"However, the prompt has {len(prompt)} tokens.",
-            param="prompt",
-        )
-    if min(prompt) < 0 or max(prompt) >= n_vocab:
-        raise InvalidRequestError("the prompt has token ids outside the vocabulary", param="prompt")
-
-
-def _runs(ids: set[int]) -> int:
-    """How many runs of consecutive ids ``ids`` makes: the passes one decode step needs."""
-    return sum(1 for i in ids if i - 1 not in ids)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the common prefix, by bisection over slice comparisons (done in C)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    low, high = 0, n  # a[:low] == b[:low] and a[:high] != b[:high]
-    while high - low > 1:
-        mid = (low + high) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid
-    return low
 
 
 def _shut_down() -> ServiceUnavailableError:

@@ -31,7 +31,7 @@ from typing import Literal, TypeVar
 import structlog
 
 from backends.base import Backend, LiveStats
-from backends.llamacpp.backend import LlamaCppSettings, find_model
+from backends.llamacpp.settings import LlamaCppSettings, find_model
 from backends.registry import DeploymentConfig, create_backend
 from backends.wrapper import WrapperBackend
 from gateway.common.periodic import Periodic

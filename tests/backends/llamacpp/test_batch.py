@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings
+from backends.llamacpp.backend import LlamaCppBackend
 from backends.llamacpp.sampling import Finished, GenerationJob, Sampling
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.errors import InvalidRequestError, ServiceUnavailableError
 from gateway.protocol import ChatCompletion, ChatCompletionRequest
 from gateway.protocol.prefix import prefix_chain
@@ -286,28 +287,29 @@ async def test_quantized_kv_cache_needs_a_fitting_head_size(tiny_model: Path) ->
 
 
 def test_placement_helpers() -> None:
-    from backends.llamacpp.batch import Scheduler, Ticket, _common_prefix, _runs, _Seq
+    from backends.llamacpp.held import HeldChains
+    from backends.llamacpp.placement import Placement, common_prefix, runs
     from backends.llamacpp.sampling import SamplerChain
+    from backends.llamacpp.sequences import Seq, Ticket
 
-    assert [_common_prefix([1, 2, 3], b) for b in ([1, 2, 3], [1, 2], [1, 9], [], [4])] == [
+    assert [common_prefix([1, 2, 3], b) for b in ([1, 2, 3], [1, 2], [1, 9], [], [4])] == [
         3,
         2,
         1,
         0,
         0,
     ]
-    assert (_runs({0, 1, 2}), _runs({0, 2, 3}), _runs(set())) == (1, 2, 0)
+    assert (runs({0, 1, 2}), runs({0, 2, 3}), runs(set())) == (1, 2, 0)
     # a round that fills every free sequence sends each prompt to its own cached prefix
-    scheduler = Scheduler.__new__(Scheduler)
-    scheduler._prefix_cache = True
-    scheduler._seqs = [_Seq(i) for i in range(3)]
-    for seq, prefix in zip(scheduler._seqs, ([1, 1, 1], [2, 2, 2], [3, 3, 3]), strict=True):
+    seqs = [Seq(i) for i in range(3)]
+    for seq, prefix in zip(seqs, ([1, 1, 1], [2, 2, 2], [3, 3, 3]), strict=True):
         seq.tokens = prefix
+    placement = Placement(seqs, None, HeldChains(3), prefix_cache=True, n_ctx_seq=64)
     tickets = [
         Ticket(GenerationJob(prompt, 4, Sampling()), SamplerChain(None), lambda _: None)
         for prompt in ([3, 3, 3, 9], [1, 1, 1, 9], [2, 2, 2, 9])
     ]
-    matched = scheduler._match(list(tickets))
+    matched = placement.match(list(tickets))
     assert [(t.job.prompt_tokens[0], s.id if s else None) for t, s in matched] == [
         (3, 2),
         (1, 0),

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings
+from backends.llamacpp.backend import LlamaCppBackend
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.dispatch.midstream.splice import Delivered, continuation
 from gateway.protocol import ChatCompletionChunk, ChatCompletionRequest
 

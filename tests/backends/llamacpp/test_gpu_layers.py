@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from backends.llamacpp.backend import LlamaCppSettings, auto_gpu_layers
+from backends.llamacpp.settings import LlamaCppSettings, auto_gpu_layers
 
 
 def settings(model: Path, **extra: object) -> LlamaCppSettings:

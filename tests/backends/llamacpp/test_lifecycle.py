@@ -17,9 +17,11 @@ import pytest
 from openai import OpenAI
 
 from backends.base import Backend
-from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings, start_of_text
+from backends.llamacpp.backend import LlamaCppBackend
 from backends.llamacpp.batch import Scheduler
+from backends.llamacpp.jobs import start_of_text
 from backends.llamacpp.sampling import Finished, GenerationJob, Sampling
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
 from gateway.protocol import CompletionRequest
 from gateway.residency.resident import Residency

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings
+from backends.llamacpp.backend import LlamaCppBackend
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.protocol import ChatCompletionRequest
 
 TASKS = Path("/proc/self/task")

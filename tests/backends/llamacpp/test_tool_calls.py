@@ -14,7 +14,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings
+from backends.llamacpp.backend import LlamaCppBackend
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.errors import InvalidRequestError
 from gateway.protocol import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 

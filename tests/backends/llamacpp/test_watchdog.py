@@ -20,7 +20,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from backends.llamacpp.backend import LlamaCppBackend, LlamaCppSettings
+from backends.llamacpp.backend import LlamaCppBackend
+from backends.llamacpp.settings import LlamaCppSettings
 from backends.llamacpp.watchdog import StallWatch, check_interval
 from gateway.errors import ServiceUnavailableError
 from gateway.protocol import CompletionRequest

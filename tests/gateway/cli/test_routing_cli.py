@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from backends.llamacpp.backend import LlamaCppSettings
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.cli import main
 from gateway.config import DeviceSpec, load_config
 from gateway.planner import Device

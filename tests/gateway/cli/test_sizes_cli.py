@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.llamacpp.backend import LlamaCppSettings
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.cli import main
 from gateway.config import load_config
 from gateway.planner import shape_from_gguf

@@ -15,7 +15,7 @@ import pytest
 from openai import OpenAI
 
 from backends.base import NotSupportedError
-from backends.llamacpp.backend import LlamaCppSettings
+from backends.llamacpp.settings import LlamaCppSettings
 from gateway.config import ConfigError, parse_config
 from gateway.models.demo import ensure_demo_model
 from gateway.models.store import resolve_model_path
