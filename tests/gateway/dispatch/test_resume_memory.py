@@ -8,7 +8,6 @@ still alive afterwards is what plain reference counting could not free."""
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Iterator
 
@@ -22,24 +21,17 @@ from gateway.dispatch import Gateway
 from gateway.dispatch.midstream.resume import Resume
 from gateway.http.app import AppSettings, create_app
 from gateway.ingress.responses import ResponsesCall
+from tests.fixtures.collector import alive, collector_off
 from tests.fixtures.fault_upstream import CHUNKS, FaultUpstream
 
 STREAMS = 40
 TEXT = "".join(f"word{i} " for i in range(CHUNKS))
 
 
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
+@pytest.fixture(name="collector_off")
+def _collector_off() -> Iterator[None]:
+    with collector_off():
         yield
-    finally:
-        gc.enable()
-
-
-def alive(kind: type) -> int:
-    return sum(isinstance(o, kind) for o in gc.get_objects())
 
 
 def answer_of(text: str) -> str:

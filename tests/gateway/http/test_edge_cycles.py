@@ -4,7 +4,6 @@ the garbage collector frees (the server runs it rarely). A real uvicorn server w
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.http.edge import EdgeConfig, EdgeLimits
 from tests.conftest import free_port
+from tests.fixtures.collector import alive, collector_off
 
 REQUESTS = 50
 
@@ -50,19 +50,10 @@ def server() -> Iterator[str]:
     thread.join(10)
 
 
-def alive(kind: type) -> int:
-    return sum(isinstance(o, kind) for o in gc.get_objects())
-
-
 def test_requests_with_a_body_leave_no_cycle_behind(server: str) -> None:
-    gc.collect()
-    gc.disable()
-    try:
-        with httpx.Client() as client:  # one keep-alive connection
-            for n in range(REQUESTS):
-                response = client.post(f"{server}/v1/x", content=b"x" * n)
-                assert response.text == str(n)
-            # the connection's current request may still be held by its protocol
-            assert alive(RequestResponseCycle) <= 2
-    finally:
-        gc.enable()
+    with collector_off(), httpx.Client() as client:  # one keep-alive connection
+        for n in range(REQUESTS):
+            response = client.post(f"{server}/v1/x", content=b"x" * n)
+            assert response.text == str(n)
+        # the connection's current request may still be held by its protocol
+        assert alive(RequestResponseCycle) <= 2
