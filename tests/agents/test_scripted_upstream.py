@@ -76,29 +76,30 @@ def test_codex_is_asked_to_run_its_code_tool_then_answered_with_its_output(
 
 
 def test_a_chat_client_streams_the_shell_call_then_the_answer(upstream: AgentUpstream) -> None:
-    client = openai.OpenAI(base_url=f"{upstream.url}/v1", api_key="unused")
-    bash = captured("claude-code-messages-turn1.json")["tools"][1]
-    tools: Any = [{"type": "function", "function": {
-        "name": bash["name"], "parameters": bash["input_schema"]}}]  # fmt: skip
-    messages: Any = [{"role": "user", "content": "run it"}]
-    stream = client.chat.completions.create(
-        model="m", messages=messages, tools=tools, stream=True,
-        stream_options={"include_usage": True},
-    )  # fmt: skip
-    chunks = list(stream)
-    calls = [
-        c for chunk in chunks if chunk.choices for c in chunk.choices[0].delta.tool_calls or []
-    ]
-    assert calls[0].function is not None and calls[0].function.name == "Bash"
-    arguments = "".join(c.function.arguments or "" for c in calls if c.function is not None)
-    assert json.loads(arguments) == {"command": COMMAND}
-    assert chunks[-1].usage is not None
+    # closed at the end: an unclosed client leaves its pooled connection to the collector
+    with openai.OpenAI(base_url=f"{upstream.url}/v1", api_key="unused") as client:
+        bash = captured("claude-code-messages-turn1.json")["tools"][1]
+        tools: Any = [{"type": "function", "function": {
+            "name": bash["name"], "parameters": bash["input_schema"]}}]  # fmt: skip
+        messages: Any = [{"role": "user", "content": "run it"}]
+        stream = client.chat.completions.create(
+            model="m", messages=messages, tools=tools, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        chunks = list(stream)
+        calls = [
+            c for chunk in chunks if chunk.choices for c in chunk.choices[0].delta.tool_calls or []
+        ]
+        assert calls[0].function is not None and calls[0].function.name == "Bash"
+        arguments = "".join(c.function.arguments or "" for c in calls if c.function is not None)
+        assert json.loads(arguments) == {"command": COMMAND}
+        assert chunks[-1].usage is not None
 
-    call = {"id": calls[0].id, "type": "function",
-            "function": {"name": "Bash", "arguments": arguments}}  # fmt: skip
-    messages += [
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": calls[0].id, "content": "shunter-42-marker\n"},
-    ]
-    answer = client.chat.completions.create(model="m", messages=messages, tools=tools)
-    assert answer.choices[0].message.content == ANSWER_PREFIX + "shunter-42-marker"
+        call = {"id": calls[0].id, "type": "function",
+                "function": {"name": "Bash", "arguments": arguments}}  # fmt: skip
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": calls[0].id, "content": "shunter-42-marker\n"},
+        ]
+        answer = client.chat.completions.create(model="m", messages=messages, tools=tools)
+        assert answer.choices[0].message.content == ANSWER_PREFIX + "shunter-42-marker"
