@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.protocol import ChatCompletionRequest, ChatMessage
-from gateway.protocol.fieldnames import FieldNames, Origin, Site
+from gateway.protocol.fieldnames import TOOL_CHOICE, FieldNames, Origin, Site
 from gateway.protocol.messages import MessagesRequest, ToolParam
 
 Said = tuple[ChatMessage, Origin]
@@ -29,7 +29,6 @@ _TOOL = {
 }
 _SCHEMA = frozenset({"function.parameters"})
 _SAME = ("model", "stream", "temperature", "top_p", "top_k", "messages", "tools")
-_CHOICE = {"function": "", "function.name": ".name", "type": ".type"}
 _FORMAT = {"type": ".type", "json_schema": "", "json_schema.schema": ".schema"}
 
 
@@ -53,7 +52,7 @@ def message_names(body: MessagesRequest, origins: list[Origin], tools: list[Site
         max_tokens=Site("max_tokens"),
         max_completion_tokens=Site("max_tokens"),
         stop=Site("stop_sequences", alike=True),
-        tool_choice=Site("tool_choice", _CHOICE),
+        tool_choice=Site("tool_choice", TOOL_CHOICE),
         parallel_tool_calls=Site("tool_choice.disable_parallel_tool_use"),
         response_format=Site("output_config.format", _FORMAT, frozenset({"json_schema.schema"})),
         reasoning_effort=Site("output_config.effort" if effort else "thinking"),

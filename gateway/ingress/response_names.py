@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.ingress.response_tools import ToolMap
-from gateway.protocol.fieldnames import FieldNames, Origin, Site
+from gateway.protocol.fieldnames import TOOL_CHOICE, FieldNames, Origin, Site
 from gateway.protocol.responses import InputItem
 
-_CHOICE = {"function": "", "function.name": ".name", "type": ".type"}
 _FORMAT = {
     "type": ".type",
     "json_schema": "",
@@ -73,7 +72,7 @@ def response_names() -> FieldNames:
         reasoning_effort=Site("reasoning.effort"),
         verbosity=Site("text.verbosity"),
         stop=Site("stop", alike=True),
-        tool_choice=Site("tool_choice", _CHOICE),
+        tool_choice=Site("tool_choice", TOOL_CHOICE),
     )
     return FieldNames(top)
 

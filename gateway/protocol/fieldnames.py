@@ -27,6 +27,10 @@ _INDEXED = re.compile(r"^(messages|tools)\[(\d+)\](.*)$", re.DOTALL)
 _PART = re.compile(r"^\.(content|tool_calls)\[(\d+)\](.*)$", re.DOTALL)
 _NO_NAMES: Mapping[str, str] = {}
 
+TOOL_CHOICE: Mapping[str, str] = {"function": "", "function.name": ".name", "type": ".type"}
+"""Chat's ``tool_choice`` fields under a named choice, as Responses and Messages name them
+(the function's fields sit on the choice itself)."""
+
 
 @dataclass(frozen=True)
 class Site:
