@@ -35,12 +35,12 @@ from gateway.http.responses_socket import serve_socket
 from gateway.http.serving import handle
 from gateway.ingress.response_events import ResponseEvents
 from gateway.ingress.response_history import input_items, new_items, output_messages
+from gateway.ingress.response_input import input_messages
 from gateway.ingress.response_tools import tool_map
 from gateway.ingress.responses import (
     ResponsesCall,
     completed,
     dump_messages,
-    input_messages,
     refuse_unserved,
     to_chat,
 )
