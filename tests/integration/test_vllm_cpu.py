@@ -76,7 +76,9 @@ async def test_completion_and_logprobs(backend: VLLMBackend) -> None:
     reply = await backend.completion(request)
     assert reply.usage is not None and reply.usage.completion_tokens == 5
     scored = await backend.chat(chat(max_tokens=3, logprobs=True, top_logprobs=2))
-    content = scored.choices[0].logprobs["content"]
+    logprobs = scored.choices[0].logprobs
+    assert logprobs is not None and logprobs.content is not None
+    content = logprobs.content
     assert len(content) == 3 and len(content[0]["top_logprobs"]) == 2
 
 
