@@ -36,6 +36,7 @@ from gateway.protocol import (
 from gateway.protocol.chat import ContentPart, FunctionCall
 from gateway.protocol.messages_codec import (
     chat_usage,
+    document_of_file,
     finish_reason,
     image_source,
     messages_tool,
@@ -149,6 +150,8 @@ def _part(part: ContentPart, i: int) -> dict[str, Any] | None:
     elif part.type == "image_url" and part.image_url is not None:
         source = image_source(part.image_url.url, param=f"messages[{i}].content")
         block = {"type": "image", "source": source}
+    elif part.type == "file" and isinstance(file := (part.model_extra or {}).get("file"), dict):
+        block = document_of_file(file, f"messages[{i}].content")
     else:
         raise InvalidRequestError(
             f"content part {part.type!r} is not supported here", param=f"messages[{i}].content"

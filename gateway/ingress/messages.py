@@ -13,10 +13,10 @@ answer says so (``x-shunter-dropped``). What maps (:func:`to_chat`):
 
 * ``system`` (a string or text blocks) → the first system message; a ``system`` turn in
   ``messages`` (a mid-conversation system message) → a system message at its place;
-* ``text`` blocks → text, ``image`` blocks (base64 or url) → image parts, ``document``
-  blocks with a text source → text; ``tool_use`` → the assistant's ``tool_calls``;
+* ``text``, ``image`` and ``document`` blocks → text, image and file parts
+  (:mod:`gateway.ingress.message_parts`); ``tool_use`` → the assistant's ``tool_calls``;
   ``tool_result`` → ``tool`` messages (before the rest of their user turn, as Anthropic
-  orders them; ``is_error`` results prefixed ``Error:``), the images in one → a user
+  orders them; ``is_error`` results prefixed ``Error:``), the images and files in one → a user
   message right after the tool messages (chat's tool messages carry text only);
   ``thinking`` / ``redacted_thinking`` → omitted (chat takes no reasoning back);
 * ``tools`` (``input_schema`` → ``parameters``); server tools (a ``type`` such as
@@ -54,15 +54,15 @@ from gateway.ingress.message_names import (
     system_origin,
     turn_origin,
 )
+from gateway.ingress.message_parts import block_part, summary, unmapped_extras
 from gateway.ingress.message_turns import AssistantTurn, hosted_block
 from gateway.protocol import ChatCompletionRequest, ChatMessage, Usage
-from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
+from gateway.protocol.chat import ContentPart, FunctionCall, ToolCall
 from gateway.protocol.fieldnames import FieldNames, Origin, Site
 from gateway.protocol.messages import Block, MessageParam, MessagesRequest
 from gateway.protocol.messages_codec import (
     chat_tool,
     chat_tool_choice,
-    image_url,
     reasoning_effort,
     tool_arguments,
 )
@@ -299,40 +299,35 @@ class _Translation:
         out: list[Said] = []
         parts: list[ContentPart] = []
         sites: list[Site | None] = []
-        images: list[tuple[ContentPart, Site]] = []  # from tool results: after those
+        attached: list[tuple[ContentPart, Site]] = []  # from tool results: after those
         for j, block in enumerate(content):
             param = f"messages[{i}].content[{j}]"
             if block.type in _SKIPPED_BLOCKS:
                 continue
-            self._block_extras(block.model_extra, param)
+            self._block_extras(unmapped_extras(block), param)
             if block.type == "tool_result" and message.role == "user":
                 tool, shown = self._tool_result(block, param)
                 out.append((tool, Origin(Site(param, TOOL_RESULT))))
-                images.extend(shown)
+                attached.extend(shown)
             else:
                 part = self._part(block, param)
                 if part is not None:
                     parts.append(part)
                     sites.append(Site(param, PART))
-        if images:
-            shown_parts = [part for part, _ in images]
-            placed: list[Site | None] = [site for _, site in images]
+        if attached:
+            shown_parts = [part for part, _ in attached]
+            placed: list[Site | None] = [site for _, site in attached]
             out.append((ChatMessage(role="user", content=shown_parts), turn_origin(i, placed)))
         if parts:
             out.append((_message(message.role, parts), turn_origin(i, sites)))
         return out
 
     def _part(self, block: Block, param: str) -> ContentPart | None:
-        if block.type == "text":
-            return ContentPart(type="text", text=block.text or "")
-        if block.type == "image":
-            return _image(block, param)
-        if block.type == "document" and isinstance(block.source, dict):
-            source = block.source
-            if source.get("type") == "text" and isinstance(source.get("data"), str):
-                return ContentPart(type="text", text=str(source["data"]))
+        part = block_part(block, param)
+        if part is not None:
+            return part
         if self.lenient:
-            return ContentPart(type="text", text=_summary(block))
+            return ContentPart(type="text", text=summary(block))
         self.drop(
             block.type,
             f"{param}.type",
@@ -374,21 +369,21 @@ class _Translation:
             raise InvalidRequestError(
                 "tool_result blocks need a tool_use_id", param=f"{param}.tool_use_id"
             )
-        content, texts, images = block.content, [], []
+        content, texts, attached = block.content, [], []
         if isinstance(content, str):
             texts.append(content)
         elif isinstance(content, list):
             for k, inner in enumerate(content):
                 part = self._part(inner, f"{param}.content[{k}]")
-                if part is not None and part.type == "image_url":
-                    images.append((part, Site(f"{param}.content[{k}]", PART)))
+                if part is not None and part.type != "text":  # an image or a file
+                    attached.append((part, Site(f"{param}.content[{k}]", PART)))
                 elif part is not None:
                     texts.append(part.text or "")
         text = "".join(texts)
         if block.is_error:
             text = f"Error: {text}"
         tool = ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text)
-        return tool, images
+        return tool, attached
 
     # --- tools and reasoning ---------------------------------------------------------------
 
@@ -459,24 +454,6 @@ def _message(role: str, parts: list[ContentPart]) -> ChatMessage:
     if all(p.type == "text" for p in parts):
         return ChatMessage(role=role, content="".join(p.text or "" for p in parts))  # type: ignore[arg-type]
     return ChatMessage(role=role, content=parts)  # type: ignore[arg-type]
-
-
-def _image(block: Block, param: str) -> ContentPart:
-    source = block.source
-    if not isinstance(source, dict):
-        raise InvalidRequestError("image blocks need a source", param=f"{param}.source")
-    url = image_url(source, f"{param}.source")
-    return ContentPart(type="image_url", image_url=ImageURL(url=url))
-
-
-def _summary(block: Block) -> str:
-    """A block chat cannot take, as text for routing's size estimate (base64 data left
-    out: a document's bytes are not its tokens)."""
-    data = block.model_dump(exclude_none=True)
-    source = data.get("source")
-    if isinstance(source, dict) and source.get("type") == "base64":
-        data["source"] = {**source, "data": ""}
-    return json.dumps(data, ensure_ascii=False)
 
 
 def _tool_choice(kind: str, name: str | None, tools: list[dict[str, Any]]) -> dict[str, Any]:

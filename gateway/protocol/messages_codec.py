@@ -15,6 +15,7 @@ tool choice            :func:`chat_tool_choice`      :func:`messages_tool_choice
 a tool's declaration   :func:`chat_tool`             :func:`messages_tool`
 a tool call's input    :func:`tool_arguments`        :func:`tool_input`
 an image               :func:`image_url`             :func:`image_source`
+a document (base64)    :func:`file_of_document`      :func:`document_of_file`
 usage                  :func:`chat_usage`            :func:`message_usage`
 reasoning effort       :func:`reasoning_effort`
 =====================  ============================  ================================
@@ -177,6 +178,41 @@ def image_source(url: str, param: str) -> dict[str, Any]:
     if url.startswith(("http://", "https://")):
         return {"type": "url", "url": url}
     raise InvalidRequestError("image_url must be a data URL or an http(s) URL", param=param)
+
+
+def file_of_document(source: Mapping[str, Any], title: Any, param: str) -> dict[str, Any]:
+    """Chat's ``file`` for a Messages ``document`` block with a base64 ``source`` (a PDF):
+    its data as a data URL, its ``title`` as the file's name (OpenAI asks for a name with
+    file data; without a title, ``document`` and the type's extension)."""
+    media_type, data = source.get("media_type"), source.get("data")
+    if not isinstance(media_type, str) or not isinstance(data, str) or not data:
+        raise InvalidRequestError("base64 document sources need media_type and data", param=param)
+    name = title if isinstance(title, str) and title else f"document.{media_type.split('/')[-1]}"
+    return {"file_data": f"data:{media_type};base64,{data}", "filename": name}
+
+
+def document_of_file(file: Mapping[str, Any], param: str) -> dict[str, Any]:
+    """The Messages ``document`` block for chat's ``file`` (its ``file_data`` data URL; a
+    ``file_id`` names a file stored at OpenAI, which Anthropic cannot read)."""
+    data_url = file.get("file_data")
+    if not isinstance(data_url, str):
+        raise InvalidRequestError(
+            "file parts need file_data (a data URL) here; file ids are OpenAI's own",
+            param=f"{param}.file.file_data",
+        )
+    header, _, data = data_url.partition(",")
+    media_type = header.removeprefix("data:").split(";")[0]
+    if not header.startswith("data:") or ";base64" not in header or not media_type or not data:
+        raise InvalidRequestError(
+            "file_data must be data:<type>;base64,<data>", param=f"{param}.file.file_data"
+        )
+    block: dict[str, Any] = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": media_type, "data": data},
+    }
+    if isinstance(file.get("filename"), str):
+        block["title"] = file["filename"]
+    return block
 
 
 # --- reasoning ------------------------------------------------------------------------

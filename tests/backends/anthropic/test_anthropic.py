@@ -210,6 +210,21 @@ def test_images() -> None:
         wire(chat(messages=[{"role": "user", "content": bad}]))
 
 
+def test_files_become_documents() -> None:
+    pdf = {"file_data": "data:application/pdf;base64,JVBERi0xLjQK", "filename": "a.pdf"}
+    content = [{"type": "text", "text": "sum it up"}, {"type": "file", "file": pdf}]
+    blocks = wire(chat(messages=[{"role": "user", "content": content}]))["messages"][0]["content"]
+    assert blocks[1] == {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"},
+        "title": "a.pdf",
+    }
+    with pytest.raises(InvalidRequestError) as caught:
+        stored = [{"type": "file", "file": {"file_id": "file-abc"}}]
+        wire(chat(messages=[{"role": "user", "content": stored}]))
+    assert caught.value.param == "messages[0].content.file.file_data"
+
+
 @pytest.mark.parametrize(
     ("choice", "parallel", "expected"),
     [

@@ -155,6 +155,21 @@ def test_messages_name_their_own_blocks(gateway: Server) -> None:
         assert "messages[0].content[1]" in error["message"]
 
 
+@pytest.mark.parametrize(("title", "name"), [("a.pdf", "a.pdf"), (None, "document.pdf")])
+def test_a_messages_document_reaches_a_deployment_that_reads_files(
+    gateway: Server, upstream: FaultUpstream, title: str | None, name: str
+) -> None:
+    source = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
+    document = {"type": "document", "source": source, **({"title": title} if title else {})}
+    content = [{"type": "text", "text": "sum it up"}, document]
+    body = {"model": "mixed", "max_tokens": 4, "messages": [{"role": "user", "content": content}]}
+    answer = post(gateway, "/messages", body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-shunter-deployment"] == "remote"
+    sent = upstream.requests[-1].body["messages"][-1]["content"]
+    assert sent[1] == {"type": "file", "file": {"file_data": PDF, "filename": name}}
+
+
 @pytest.mark.parametrize("part", [AUDIO, IMAGE, {"type": "mystery"}])
 def test_a_part_goes_to_the_deployment_that_reads_it(
     gateway: Server, upstream: FaultUpstream, part: dict[str, Any]

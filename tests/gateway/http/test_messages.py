@@ -202,9 +202,9 @@ def test_claude_codes_first_request_is_translated_and_says_what_it_dropped(
 
 
 def test_what_a_chat_upstream_cannot_take_is_refused_by_name(http: httpx.Client) -> None:
-    pdf = {
+    pdf = {  # chat's file parts carry data or an OpenAI file id, never a URL
         "type": "document",
-        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
+        "source": {"type": "url", "url": "https://example.com/a.pdf"},
     }
     body = {
         **FIRST,
@@ -222,9 +222,9 @@ def test_what_a_chat_upstream_cannot_take_is_refused_by_name(http: httpx.Client)
 
 
 def test_a_deployment_that_drops_them_says_so(http: httpx.Client, openai_up: FaultUpstream) -> None:
-    pdf = {
+    pdf = {  # chat's file parts carry data or an OpenAI file id, never a URL
         "type": "document",
-        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
+        "source": {"type": "url", "url": "https://example.com/a.pdf"},
     }
     search = {"type": "web_search_20250305", "name": "web_search"}
     body = {

@@ -15,6 +15,8 @@ from gateway.protocol.messages_codec import (
     chat_tool,
     chat_tool_choice,
     chat_usage,
+    document_of_file,
+    file_of_document,
     finish_reason,
     image_source,
     image_url,
@@ -96,6 +98,33 @@ def test_images_that_cannot_be_mapped_name_the_field() -> None:
     assert caught.value.param == "messages[0].content[1].source.url"
     with pytest.raises(InvalidRequestError):
         image_url({"type": "base64", "data": "x"}, param="p")
+
+
+PDF_SOURCE = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
+
+
+def test_a_document_comes_back_from_its_file() -> None:
+    file = file_of_document(PDF_SOURCE, "report.pdf", param="p")
+    assert file == {
+        "file_data": "data:application/pdf;base64,JVBERi0xLjQK",
+        "filename": "report.pdf",
+    }
+    block = document_of_file(file, param="p")
+    assert block == {"type": "document", "source": PDF_SOURCE, "title": "report.pdf"}
+
+
+def test_a_document_without_a_title_still_gives_its_file_a_name() -> None:
+    assert file_of_document(PDF_SOURCE, None, param="p")["filename"] == "document.pdf"
+
+
+def test_documents_and_files_that_cannot_be_mapped_name_the_field() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        file_of_document({"type": "base64", "media_type": "application/pdf"}, None, param="s")
+    assert caught.value.param == "s"
+    for file in ({"file_id": "file-abc"}, {"file_data": "JVBERi0xLjQK"}):
+        with pytest.raises(InvalidRequestError) as caught:
+            document_of_file(file, param="messages[1].content")
+        assert caught.value.param == "messages[1].content.file.file_data"
 
 
 def test_usage_comes_back_with_its_cache_reads() -> None:
