@@ -147,7 +147,8 @@ def _translated(backend: Backend, call: MessagesCall, model: str) -> ChatComplet
     own estimate."""
     caps = backend.capabilities
     try:
-        chat = answered_by(call.chat(caps.messages_drop), model)
+        files = caps.content_parts is None or "file" in caps.content_parts
+        chat = answered_by(call.chat(caps.messages_drop, files=files), model)
     except InvalidRequestError as exc:
         exc.counts_as_failure = False
         exc.param_named = True  # the translation names the field of the request as sent

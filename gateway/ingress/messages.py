@@ -165,10 +165,11 @@ class MessagesCall:
                 self.names = message_names(self.sent, [], [])
         return self._routed
 
-    def chat(self, drops: frozenset[str]) -> ChatCompletionRequest:
-        """The chat request for a deployment that drops ``drops``; what it dropped is
-        noted in :attr:`dropped` (a 400 naming the field it can neither map nor drop)."""
-        done = translate(self.body, drops=drops, sent=self.sent)
+    def chat(self, drops: frozenset[str], *, files: bool = False) -> ChatCompletionRequest:
+        """The chat request for a deployment that drops ``drops`` (and reads ``file``
+        parts, when ``files``); what it dropped is noted in :attr:`dropped` (a 400 naming
+        the field it can neither map nor drop)."""
+        done = translate(self.body, drops=drops, files=files, sent=self.sent)
         self.dropped, self.names = done.dropped, done.names
         return done.chat
 
@@ -185,9 +186,11 @@ def to_chat(
     drops: frozenset[str] = frozenset(),
     lenient: bool = False,
     stream: bool | None = None,
+    files: bool = False,
 ) -> tuple[ChatCompletionRequest, list[str]]:
-    """The chat request for a Messages request, and the fields it dropped."""
-    done = translate(body, drops=drops, lenient=lenient, stream=stream)
+    """The chat request for a Messages request, and the fields it dropped (``files``: the
+    deployment reads ``file`` parts)."""
+    done = translate(body, drops=drops, lenient=lenient, stream=stream, files=files)
     return done.chat, done.dropped
 
 
@@ -198,10 +201,12 @@ def translate(
     lenient: bool = False,
     stream: bool | None = None,
     sent: MessagesRequest | None = None,
+    files: bool = False,
 ) -> Translated:
     """:func:`to_chat`, with the field names (``sent``: the body as the client sent it,
     when hosted tools changed ``body``)."""
     translation = _Translation(body, drops, lenient, sent or body)
+    translation.files = files
     chat = translation.request(stream)
     return Translated(chat, sorted(translation.dropped), translation.names)
 
@@ -216,6 +221,7 @@ class _Translation:
         self.body = body
         self.drops = drops
         self.lenient = lenient
+        self.files = False  # the deployment reads file parts: a PDF document becomes one
         self.dropped: set[str] = set()
         self.cached = False  # a cache_control breakpoint was seen
         self.sent = sent
@@ -324,7 +330,7 @@ class _Translation:
 
     def _part(self, block: Block, param: str) -> ContentPart | None:
         part = block_part(block, param)
-        if part is not None:
+        if part is not None and (part.type != "file" or self.files):
             return part
         if self.lenient:
             return ContentPart(type="text", text=summary(block))

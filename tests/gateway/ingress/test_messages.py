@@ -104,7 +104,10 @@ def test_routing_reads_even_what_is_malformed_for_chat() -> None:
 def test_a_pdf_document_is_a_file_named_by_its_title() -> None:
     source = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
     pdf = {"type": "document", "source": source, "title": "q3.pdf"}
-    chat, dropped = to_chat(request(messages=[{"role": "user", "content": [pdf]}]))
+    with pytest.raises(InvalidRequestError) as refused:  # a deployment that reads no files
+        to_chat(request(messages=[{"role": "user", "content": [pdf]}]))
+    assert refused.value.param == "messages[0].content[0].type"
+    chat, dropped = to_chat(request(messages=[{"role": "user", "content": [pdf]}]), files=True)
     (part,) = chat.model_dump(exclude_none=True)["messages"][0]["content"]
     assert part == {
         "type": "file",
@@ -141,7 +144,7 @@ def test_a_pdf_read_by_a_tool_follows_its_tool_message() -> None:
         {"role": "assistant", "content": [use]},
         {"role": "user", "content": [result]},
     ]
-    chat, dropped = to_chat(request(messages=messages))
+    chat, dropped = to_chat(request(messages=messages), files=True)
     sent = chat.model_dump(exclude_none=True)["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user"]
     assert sent[2]["content"] == "the file"
