@@ -84,6 +84,10 @@ def loaded(server: Server) -> dict[str, object]:
     return {name: d["loaded"] for name, d in deployments(server).items()}
 
 
+def metrics(server: Server) -> str:
+    return httpx.get(f"{server.base_url}/metrics").text
+
+
 def wait_until(check: Callable[[], bool], server: Server, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -125,16 +129,17 @@ models:
         next(lines)
         time.sleep(0.6)  # past keep_alive, but a stream is in flight
         assert loaded(server) == {"alpha": True}
+        # read while the stream holds the model: keep_alive is too short to read it after
+        assert 'shunter_model_loaded{deployment="alpha"} 1.0' in metrics(server)
     idle_since = time.monotonic()
     wait_until(lambda: loaded(server) == {"alpha": False}, server)
     assert time.monotonic() - idle_since >= 0.2
     assert '"reason": "idle"' in server.log()
+    assert 'shunter_model_loaded{deployment="alpha"} 0.0' in metrics(server)
 
     assert chat(server, "alpha") == "alpha"  # loads again
     assert server.log().count('"model_loaded"') == 2
     assert deployments(server)["alpha"]["in_flight"] == 0
-    metrics = httpx.get(f"{server.base_url}/metrics").text
-    assert 'shunter_model_loaded{deployment="alpha"} 1.0' in metrics
 
 
 def test_memory_budget_evicts_the_least_recently_used(
