@@ -205,8 +205,7 @@ def translate(
 ) -> Translated:
     """:func:`to_chat`, with the field names (``sent``: the body as the client sent it,
     when hosted tools changed ``body``)."""
-    translation = _Translation(body, drops, lenient, sent or body)
-    translation.files = files
+    translation = _Translation(body, drops, lenient, sent or body, files)
     chat = translation.request(stream)
     return Translated(chat, sorted(translation.dropped), translation.names)
 
@@ -216,12 +215,17 @@ class _Translation:
     lets it go, and remembers what went."""
 
     def __init__(
-        self, body: MessagesRequest, drops: frozenset[str], lenient: bool, sent: MessagesRequest
+        self,
+        body: MessagesRequest,
+        drops: frozenset[str],
+        lenient: bool,
+        sent: MessagesRequest,
+        files: bool,
     ) -> None:
         self.body = body
         self.drops = drops
         self.lenient = lenient
-        self.files = False  # the deployment reads file parts: a PDF document becomes one
+        self.files = files  # the deployment reads file parts: a PDF document becomes one
         self.dropped: set[str] = set()
         self.cached = False  # a cache_control breakpoint was seen
         self.sent = sent
