@@ -251,6 +251,13 @@ class Capabilities:
     """What a Messages request translated for it may lose, reported (the settings'
     ``messages_drop``)."""
 
+    def reads(self, kind: str) -> bool:
+        """Whether a content part of type ``kind`` may be sent here (see
+        :attr:`content_parts`)."""
+        if kind == "image_url" and not self.images:
+            return False
+        return self.content_parts is None or kind in self.content_parts
+
 
 @dataclass(frozen=True)
 class LiveStats:

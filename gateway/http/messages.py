@@ -147,8 +147,7 @@ def _translated(backend: Backend, call: MessagesCall, model: str) -> ChatComplet
     own estimate."""
     caps = backend.capabilities
     try:
-        files = caps.content_parts is None or "file" in caps.content_parts
-        chat = answered_by(call.chat(caps.messages_drop, files=files), model)
+        chat = answered_by(call.chat(caps.messages_drop, files=caps.reads("file")), model)
     except InvalidRequestError as exc:
         exc.counts_as_failure = False
         exc.param_named = True  # the translation names the field of the request as sent
