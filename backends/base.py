@@ -17,8 +17,8 @@ and callers read it before they call (it is the one place that says so):
 
 * ``embeddings`` (``capabilities.embeddings``);
 * ``chat_stream_raw``: the upstream's chat frames as they came (``chat_stream_raw``);
-* ``messages`` / ``messages_stream`` / ``count_message_tokens``: Anthropic's Messages
-  API spoken natively (``native_messages``);
+* ``native`` / ``native_stream`` / ``count_native_tokens``: a client API (Anthropic's
+  Messages) spoken natively by the upstream (``native_apis``);
 * ``count_tokens``: a chat prompt's exact token count (``count_tokens``);
 * ``health``: a cheap probe; by default the backend's own state (not stalled).
 
@@ -240,9 +240,10 @@ class Capabilities:
     chat_stream_raw: bool = False
     """Hands over its upstream's chat frames untouched (:meth:`Backend.chat_stream_raw`),
     cheaper than framing parsed chunks."""
-    native_messages: bool = False
-    """Speaks Anthropic's Messages API itself (:meth:`Backend.messages`,
-    :meth:`~Backend.messages_stream`, :meth:`~Backend.count_message_tokens`)."""
+    native_apis: frozenset[str] = frozenset()
+    """The client APIs its upstream speaks itself (``messages``: Anthropic's Messages),
+    whose requests it takes as the client sent them (:meth:`Backend.native`,
+    :meth:`~Backend.native_stream`, :meth:`~Backend.count_native_tokens`)."""
     count_tokens: bool = False
     """Counts a chat request's prompt tokens exactly (:meth:`Backend.count_tokens`)."""
     clamp_output: bool = False
@@ -347,25 +348,28 @@ class Backend(ABC):
         """The prompt tokens of a chat request, exactly (``capabilities.count_tokens``)."""
         raise self.not_supported("exact token counts")
 
-    async def messages(
-        self, body: bytes, headers: Mapping[str, str] | None = None
+    async def native(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> tuple[bytes, Usage]:
-        """The upstream's ``message`` for a Messages ``body`` (the client's bytes, sent
-        as they are but for ``model``, with the client's ``headers`` for the upstream),
-        as it answered, and its usage (``capabilities.native_messages``)."""
-        raise self.not_supported("native Messages")
+        """The upstream's whole answer to ``body``, a request in the client API ``api``
+        (the client's bytes, sent as they are but for ``model``, with the client's
+        ``headers`` for the upstream), as it answered, and its usage
+        (``api`` in ``capabilities.native_apis``)."""
+        raise self.not_supported(f"native {api} requests")
 
-    def messages_stream(self, body: bytes, headers: Mapping[str, str] | None = None) -> FrameStream:
-        """The upstream's SSE events for a Messages ``body``, passed through up to
-        ``message_stop`` (``capabilities.native_messages``)."""
-        raise self.not_supported("native Messages")
+    def native_stream(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> FrameStream:
+        """The upstream's stream for ``body`` (as :meth:`native` sends it), its events
+        passed through (``api`` in ``capabilities.native_apis``)."""
+        raise self.not_supported(f"native {api} requests")
 
-    async def count_message_tokens(
-        self, body: bytes, headers: Mapping[str, str] | None = None
+    async def count_native_tokens(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> int:
-        """The upstream's own ``count_tokens`` for a Messages ``body``
-        (``capabilities.native_messages``)."""
-        raise self.not_supported("native Messages")
+        """The upstream's own count of the prompt tokens of ``body``
+        (``api`` in ``capabilities.native_apis``)."""
+        raise self.not_supported(f"native {api} requests")
 
     async def health(self, timeout_s: float) -> bool | None:
         """Whether it is up: ``True`` up, ``False`` down, ``None`` cannot tell. Probed in

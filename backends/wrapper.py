@@ -73,18 +73,20 @@ class WrapperBackend(Backend):
     async def count_tokens(self, request: ChatCompletionRequest) -> int:
         return await self._backend.count_tokens(request)
 
-    async def messages(
-        self, body: bytes, headers: Mapping[str, str] | None = None
+    async def native(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> tuple[bytes, Usage]:
-        return await self._backend.messages(body, headers)
+        return await self._backend.native(api, body, headers)
 
-    def messages_stream(self, body: bytes, headers: Mapping[str, str] | None = None) -> FrameStream:
-        return self._backend.messages_stream(body, headers)
+    def native_stream(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> FrameStream:
+        return self._backend.native_stream(api, body, headers)
 
-    async def count_message_tokens(
-        self, body: bytes, headers: Mapping[str, str] | None = None
+    async def count_native_tokens(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> int:
-        return await self._backend.count_message_tokens(body, headers)
+        return await self._backend.count_native_tokens(api, body, headers)
 
     async def health(self, timeout_s: float) -> bool | None:
         return await self._backend.health(timeout_s)

@@ -101,6 +101,13 @@ class InvalidRequestError(GatewayError):
     retryable = False
 
 
+class RequestTooLargeError(InvalidRequestError):
+    """A body or message past the largest the gateway takes."""
+
+    status_code = 413
+    default_code = "request_too_large"
+
+
 class ContextLengthExceededError(InvalidRequestError):
     """The request does not fit the model's context. Where the gateway measured it,
     the figures (``prompt_tokens``, ``max_tokens``, ``limit``) let each API word it its

@@ -41,6 +41,12 @@ class RequestFacts:
     equal prefixes, ``cached_prefix`` sends a session where it hashes to.
     ``content_parts`` are the types of the chat content parts it carries (``text``,
     ``image_url``, ``input_audio``...); ``has_images``: one of them is an image.
+
+    The same description serves admission, which reserves ``prompt_tokens`` and the
+    output of ``n`` choices: ``tool_repeat`` is the tool call the conversation ends
+    repeating and how many times in a row (a session's loop guard reads it);
+    ``server_tools``: the upstream's own tools the request offers, with the most uses of
+    each it allows (``None``: not given), priced per use.
     """
 
     prompt_tokens: int
@@ -56,6 +62,9 @@ class RequestFacts:
     prefix_chain: tuple[tuple[str, int], ...] = ()
     prefix_shared: int = 0
     session_id: str | None = None
+    n: int = 1
+    tool_repeat: tuple[str, int] | None = None
+    server_tools: Mapping[str, int | None] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def output_tokens(self) -> int:

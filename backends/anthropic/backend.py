@@ -41,13 +41,14 @@ from gateway.protocol.rawbody import RawBody
 
 __all__ = ["AnthropicBackend", "AnthropicSettings"]
 
+NATIVE_API = "messages"
 MESSAGES_PATH = "v1/messages"
 COUNT_TOKENS_PATH = "v1/messages/count_tokens"
 
 
 class AnthropicBackend(HTTPBackend[AnthropicSettings]):
     """A :class:`~backends.base.Backend` for chat; legacy completions are refused. Requests
-    in Messages form pass through untouched (``capabilities.native_messages``, see
+    in Messages form pass through untouched (``capabilities.native_apis``, see
     :mod:`backends.anthropic.native`)."""
 
     health_path = "v1/models"
@@ -65,7 +66,7 @@ class AnthropicBackend(HTTPBackend[AnthropicSettings]):
             images=s.images,
             context_length=s.context_length,
             prefill=s.prefill,
-            native_messages=True,
+            native_apis=frozenset({NATIVE_API}),
         )
 
     def login_headers(self, key: str | None) -> dict[str, str]:
@@ -117,29 +118,38 @@ class AnthropicBackend(HTTPBackend[AnthropicSettings]):
 
     # --- Messages as they are ------------------------------------------------------------
 
-    async def messages(
-        self, body: bytes, headers: Mapping[str, str] | None = None
+    async def native(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> tuple[bytes, Usage]:
         """The upstream's ``message`` for ``body`` (the client's bytes, the deployment's
         ``model`` set), as it sent it, and its usage."""
+        self._speaks(api)
         content = await self._post(MESSAGES_PATH, self._as_sent(body), headers)
         return content, answer_usage(content, self.name)
 
-    def messages_stream(self, body: bytes, headers: Mapping[str, str] | None = None) -> PassThrough:
-        """The upstream's events for ``body`` (as :meth:`messages` sends it, ``stream:
+    def native_stream(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> PassThrough:
+        """The upstream's events for ``body`` (as :meth:`native` sends it, ``stream:
         true``), as it sent them, up to ``message_stop``."""
+        self._speaks(api)
         sent = self._as_sent(body, stream=True)
         opened = self.post_stream(MESSAGES_PATH, sent, headers)
         return PassThrough(opened, self.name, self._event_error)
 
-    async def count_message_tokens(
-        self, body: bytes, headers: Mapping[str, str] | None = None
+    async def count_native_tokens(
+        self, api: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> int:
         """The upstream's own ``count_tokens`` for ``body``."""
+        self._speaks(api)
         upstream = self._require_upstream()
         total_s = self._settings.timeouts.total_s
         content = await upstream.post(COUNT_TOKENS_PATH, self._as_sent(body), total_s, headers)
         return input_tokens(content, self.name)
+
+    def _speaks(self, api: str) -> None:
+        if api != NATIVE_API:
+            raise self.not_supported(f"native {api} requests")
 
     def _as_sent(self, body: bytes, *, stream: bool = False) -> bytes:
         """``body`` byte for byte, but for ``model`` (and ``stream`` when it must be set)."""

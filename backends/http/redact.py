@@ -71,6 +71,14 @@ class Redactor:
                 addresses.append(host)
         return cls(secrets, addresses)
 
+    def secrets_only(self, text: str) -> str:
+        """``text`` without the known secrets, and nothing else changed (for what a
+        server answers, whose addresses and key-shaped words may be its content)."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
     def for_log(self, text: str) -> str:
         """``text`` without secrets."""
         for secret in self._secrets:
@@ -88,6 +96,11 @@ class Redactor:
         for pattern in (_URL, _IPV6, _IPV4, _HOST_PORT):
             text = pattern.sub(ADDRESS, text)
         return text
+
+
+def secret_name(name: str) -> bool:
+    """Whether a variable or header named ``name`` holds a secret by its name."""
+    return bool(_SECRET_ENV.search(name) or _SECRET_HEADER.search(name))
 
 
 def _longest_first(values: Iterable[str]) -> tuple[str, ...]:

@@ -4,7 +4,7 @@
 
     key = await admission.authenticate(authorization)    # before the body is read
     session = session_of(key.id, header=..., hint=..., chat=body)   # see sessions.py
-    ticket = await admission.admit(RequestFacts.of_chat(body), key, session)
+    ticket = await admission.admit(model, describe_request(body), key, session)
     # per upstream attempt, inside dispatch (a refusal falls back to the next deployment):
     await admission.admit_deployment(ticket, backend.name)
     ...
@@ -28,7 +28,6 @@ its budget and token cap, held the same way: :mod:`~gateway.admission.session_li
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,82 +43,13 @@ from gateway.admission.limits import (
     RateLimit,
     ratelimit_headers,
 )
-from gateway.admission.loopguard import ToolRepeat, repeated_tool_call
 from gateway.admission.session_limits import SessionGuard, SessionTicket
 from gateway.admission.sessions import SessionId
 from gateway.config import GatewayConfig, ModelRoute
-from gateway.protocol import (
-    ChatCompletionRequest,
-    ChatMessage,
-    CompletionRequest,
-    EmbeddingRequest,
-    Usage,
-)
+from gateway.protocol import Usage
+from gateway.protocol.repeats import ToolRepeat
 from gateway.state.base import StateStore
-
-_CHARS_PER_TOKEN = 4
-_TOKENS_PER_MESSAGE = 4
-
-
-@dataclass(frozen=True)
-class RequestFacts:
-    """What admission needs to know about a request before it runs.
-
-    ``authorization`` is read only when :meth:`Admission.admit` is not given the key
-    (the HTTP layer authenticates first, from the header, and passes the key)."""
-
-    model: str
-    authorization: str | None
-    prompt_tokens: int
-    max_output_tokens: int | None
-    n: int = 1
-    tool_repeat: ToolRepeat | None = None
-    """The tool call the conversation ends repeating (what the loop guard reads)."""
-    server_tools: Mapping[str, int | None] = field(default_factory=dict)
-    """The upstream's own tools the request offers, with its ``max_uses`` of each
-    (``None``: not given; the deployment's reserve is held)."""
-
-    @classmethod
-    def of_chat(cls, body: ChatCompletionRequest, authorization: str | None = None) -> RequestFacts:
-        """Facts of a chat request; the prompt estimate is ~4 characters per token."""
-        text = sum(len(m.text()) + _tool_calls_chars(m) for m in body.messages)
-        tools = sum(len(t.model_dump_json()) for t in body.tools or [])
-        prompt = math.ceil((text + tools) / _CHARS_PER_TOKEN)
-        prompt += _TOKENS_PER_MESSAGE * len(body.messages)
-        repeat = repeated_tool_call(body.messages)
-        return cls(body.model, authorization, prompt, body.output_limit(), body.n or 1, repeat)
-
-    @classmethod
-    def of_completion(
-        cls, body: CompletionRequest, authorization: str | None = None
-    ) -> RequestFacts:
-        """Facts of a text-completion request (every prompt of a batch counted)."""
-        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-        prompt = sum(math.ceil(len(p) / _CHARS_PER_TOKEN) + 1 for p in prompts)
-        return cls(body.model, authorization, prompt, body.max_tokens, body.n or 1)
-
-    @classmethod
-    def of_embeddings(
-        cls, body: EmbeddingRequest, authorization: str | None = None
-    ) -> RequestFacts:
-        """Facts of an embeddings request: its inputs, and no output tokens. Text counts
-        ~4 characters per token; token-id inputs count exactly."""
-        given = body.input
-        if isinstance(given, str):
-            prompt = math.ceil(len(given) / _CHARS_PER_TOKEN)
-        else:
-            prompt = sum(_input_tokens(item) for item in given)
-        return cls(body.model, authorization, prompt, 0)
-
-
-def _input_tokens(item: str | int | list[int]) -> int:
-    if isinstance(item, str):
-        return math.ceil(len(item) / _CHARS_PER_TOKEN)
-    return len(item) if isinstance(item, list) else 1
-
-
-def _tool_calls_chars(message: ChatMessage) -> int:
-    return sum(len(c.model_dump_json()) for c in message.tool_calls or [])
+from policies import RequestFacts
 
 
 @dataclass
@@ -207,23 +137,23 @@ class Admission:
 
     async def admit(
         self,
+        model: str,
         facts: RequestFacts,
-        key: KeyInfo | None = None,
+        key: KeyInfo,
         session: SessionId | None = None,
     ) -> AdmissionTicket:
-        """Check that ``key`` (authenticated from ``facts`` when not given) may use the
-        model, check the budget, take from the key's limits, then from the limits of
-        ``session`` (see :mod:`~gateway.admission.session_limits`); or raise."""
-        if key is None:
-            key = await self.keys.identify(facts.authorization)
-        check_model(key, facts.model)
-        output = facts.max_output_tokens
+        """Check that ``key`` may use ``model``, check the budget, take the request (its
+        prompt and the output of each choice, as ``facts`` describe it) from the key's
+        limits, then from the limits of ``session`` (see
+        :mod:`~gateway.admission.session_limits`); or raise."""
+        check_model(key, model)
+        output = facts.max_tokens
         if output is None:
             output = self.default_output_reserve
         output *= facts.n
-        ticket = AdmissionTicket(key, facts.model, facts.prompt_tokens + output)
+        ticket = AdmissionTicket(key, model, facts.prompt_tokens + output)
         label = f"key '{key.name}'"
-        worst = self.worst_case_usd(facts.model, facts.prompt_tokens, output, facts.server_tools)
+        worst = self.worst_case_usd(model, facts.prompt_tokens, output, facts.server_tools)
         if key.budget_usd is not None:
             await self._hold_budget(ticket, label, worst)
         limit = RateLimit(rpm=key.rpm, tpm=key.tpm)
@@ -231,8 +161,9 @@ class Admission:
             ticket.key_grant = await self.limiter.reserve(key.scope, label, limit, ticket.tokens)
             if session is not None:
                 cost = (worst, ticket.tokens)
+                repeat = None if facts.tool_repeat is None else ToolRepeat(*facts.tool_repeat)
                 ticket.session = await self.sessions.admit(
-                    session, key, cost, ticket.hold_id, facts.tool_repeat
+                    session, key, cost, ticket.hold_id, repeat
                 )
         except BaseException:
             if ticket.key_grant is not None:
@@ -240,6 +171,13 @@ class Admission:
             await self._charge(ticket, 0.0)
             raise
         return ticket
+
+    async def count_request(self, key: KeyInfo) -> None:
+        """Take one request from ``key``'s request limit, for a call that is not a
+        generation (a stored object, a listing, an MCP call): every call of the API counts;
+        nothing is reserved, nothing settles."""
+        if key.rpm is not None:
+            await self.limiter.reserve(key.scope, f"key '{key.name}'", RateLimit(rpm=key.rpm), 0)
 
     def worst_case_usd(
         self,

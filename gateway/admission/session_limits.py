@@ -22,10 +22,10 @@ import structlog
 
 from gateway.admission.keys import KeyInfo, KeySessionLimits
 from gateway.admission.limits import Grant, Limiter, RateLimit
-from gateway.admission.loopguard import ToolRepeat
 from gateway.admission.sessions import SessionId
 from gateway.config import SessionSettings
 from gateway.errors import RateLimitError, ServiceUnavailableError
+from gateway.protocol.repeats import ToolRepeat
 from gateway.state.base import SessionCaps, SessionUse, StateStore, StateUnavailable
 
 log = structlog.get_logger("shunter.sessions")

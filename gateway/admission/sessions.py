@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.protocol import ChatCompletionRequest, ChatMessage
@@ -68,6 +68,16 @@ class SessionId:
     def scope(self) -> str:
         """The state scope of this session's books and limits."""
         return f"session:{self.key_id}:{self.id}"
+
+
+def session_header(headers: Mapping[str, str]) -> str | None:
+    """The first session header a client sent (see :data:`SESSION_HEADERS`); ``headers``
+    by lower-case name."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value:
+            return value
+    return None
 
 
 def session_of(

@@ -18,6 +18,7 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Discriminator,
     Field,
@@ -65,6 +66,18 @@ class _ServerBase(BaseModel):
 
     timeout_s: float = Field(default=30.0, gt=0, le=3600, description="per call and per list")
     max_concurrency: int = Field(default=8, ge=1, le=1024, description="calls at once")
+    max_concurrency_per_key: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="... of one API key (default: half of max_concurrency, at least 1), so "
+        "one key's calls leave room for the others",
+    )
+    max_result_bytes: ByteSize = Field(
+        default=ByteSize(4 * 1024 * 1024),
+        ge=1024,
+        description="a tool result larger than this fails the call instead of coming back",
+    )
     tools: list[str] | None = Field(
         default=None, description="the tools offered (none: all the server lists)"
     )

@@ -158,6 +158,17 @@ class HTTPSettings(BaseModel):
         ge=10.0,
         description="... and for one key (429 past it), so one key's uploads spare the others",
     )
+    max_sockets: int = Field(
+        default=1024,
+        ge=1,
+        description="WebSockets open at once (each holds a connection until it closes)",
+    )
+    max_sockets_per_key: int = Field(
+        default=32, ge=1, description="... and for one key, so one key's sockets spare the others"
+    )
+    socket_idle_s: float = Field(
+        default=600.0, gt=0, description="a WebSocket silent this long is closed"
+    )
 
 
 class ResponsesSettings(BaseModel):

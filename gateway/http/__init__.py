@@ -3,9 +3,9 @@ request path, request context, serving under uvicorn with a draining shutdown, a
 hot reload.
 
 Each generation API is one module with its :class:`~gateway.http.endpoint.Endpoint` class
-and its routes: :mod:`~gateway.http.chat`, :mod:`~gateway.http.completions`,
-:mod:`~gateway.http.responses`, :mod:`~gateway.http.messages`; and
-:mod:`~gateway.http.embeddings`. They all run on one spine, :mod:`~gateway.http.serving`
+and its routes: :mod:`~gateway.apis.openai.chat`, :mod:`~gateway.apis.openai.completions`,
+:mod:`~gateway.apis.responses.endpoint`, :mod:`~gateway.apis.anthropic.endpoint`; and
+:mod:`~gateway.apis.openai.embeddings`. They all run on one spine, :mod:`~gateway.http.serving`
 (authenticate → admit → cache → dispatch → write → settle), which reads the caller's key
 and body through :mod:`~gateway.http.intake` and asks a backend for an optional ability
 only through :mod:`~gateway.http.abilities`. :mod:`~gateway.http.routes` holds the other

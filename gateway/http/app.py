@@ -16,6 +16,8 @@ from litestar.middleware import DefineMiddleware
 from gateway.admission.admit import Admission
 from gateway.admission.cache import ResponseCache
 from gateway.admission.limits import RateLimit
+from gateway.apis.contract import Api, Services, openai_error
+from gateway.apis.registry import api_of_path, apis
 from gateway.config import CacheRule, GatewayConfig
 from gateway.dispatch import Gateway, ReplicaSync
 from gateway.errors import GatewayError
@@ -23,19 +25,14 @@ from gateway.hosted.context import HostedContext
 from gateway.http.bodies import BodyBuffers
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
-from gateway.http.intake import Services
-from gateway.http.mcpsession import McpSessions
-from gateway.http.messages import anthropic_error
 from gateway.http.middleware import RequestContextMiddleware, add_request_id
+from gateway.http.operations import routes
 from gateway.http.reload import ConfigWatcher
-from gateway.http.routes import ROUTES
+from gateway.http.routes import OPS_ROUTES
+from gateway.http.spine import SocketSlots, Spine
 from gateway.http.ui import UI_ROUTES, StatusPage
-from gateway.ingress.conversations import ConversationStore
-from gateway.ingress.response_tools import HostedTools
-from gateway.ingress.store import ResponseStore
 from gateway.mcp.accounting import ToolAccounting
 from gateway.mcp.servers import HubSlot
-from gateway.protocol.messages import error_message
 from gateway.state import StateSettings, open_store
 from gateway.state.base import StateStore
 from gateway.telemetry.instruments import Telemetry
@@ -67,21 +64,25 @@ def create_app(
     tel.watch(lambda: gw.backends, lambda: gw.breakers)
     tel.configure(frozenset(settings.config.models))  # the model label's values
     tools = ToolAccounting(tel.registry, lambda: tel.tracer)
+    served = apis()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         tel.start_tracing()  # an OTEL_* setting it cannot honour stops the start here
         store = open_store(settings.state)
-        services = _services(store, settings.config)
-        gw.on_reload.append(lambda config: _reconfigure(services, config))
-        gw.on_reload.append(lambda config: tel.configure(frozenset(config.models)))
-        app.state.gateway, app.state.telemetry, app.state.services = gw, tel, services
+        config = settings.config
+        mcp = app.state.mcp = HubSlot(config.mcp, tools)
+        services = _services(gw, store, config, mcp)
+        for api in served:
+            if api.services is not None:
+                services.apis[api.name] = api.services(store, config, services)
+        spine = _spine(services, config)
+        gw.on_reload.append(lambda fresh: _reconfigure(spine, served, fresh, mcp))
+        gw.on_reload.append(lambda fresh: tel.configure(frozenset(fresh.models)))
+        gw.on_reload.append(lambda fresh: mcp.apply(fresh.mcp))
+        app.state.gateway, app.state.telemetry = gw, tel
+        app.state.services, app.state.spine = services, spine
         app.state.status_page = StatusPage()  # its uptime counts from here
-        mcp = app.state.mcp = HubSlot(settings.config.mcp, tools)
-        app.state.mcp_sessions = McpSessions(store, _session_secret(settings.config, services))
-        gw.on_reload.append(lambda config: mcp.apply(config.mcp))
-        services.hosted = HostedContext.of(settings.config, mcp.hub)
-        gw.on_reload.append(lambda config: _rehost(services, config, mcp))
         await gw.start()
         watcher = None
         if settings.config_path is not None and settings.watch_config:
@@ -104,16 +105,18 @@ def create_app(
             await store.aclose()
             tel.shutdown()
 
-    return _litestar(settings, tel, lifespan)
+    return _litestar(settings, tel, served, lifespan)
 
 
 def _litestar(
     settings: AppSettings,
     telemetry: Telemetry,
+    served: tuple[Api, ...],
     lifespan: Callable[[Litestar], AbstractAsyncContextManager[None]],
 ) -> Litestar:
+    errors = ErrorShapes(served)
     return Litestar(
-        route_handlers=[*ROUTES, *UI_ROUTES],
+        route_handlers=[*routes(served), *OPS_ROUTES, *UI_ROUTES],
         lifespan=[lifespan],
         # the guard first: a request it refuses is never parsed
         middleware=[
@@ -122,9 +125,9 @@ def _litestar(
         ],
         before_send=[add_request_id],
         exception_handlers={
-            GatewayError: _gateway_error,
-            HTTPException: _http_error,
-            Exception: _unexpected_error,
+            GatewayError: errors.gateway_error,
+            HTTPException: errors.http_error,
+            Exception: errors.unexpected_error,
         },
         openapi_config=None,
         cors_config=cors_config(settings.config.cors),
@@ -148,19 +151,24 @@ async def _say_ready(settings: AppSettings, gateway: Gateway, services: Services
     )
 
 
-def _services(store: StateStore, config: GatewayConfig) -> Services:
+def _services(gateway: Gateway, store: StateStore, config: GatewayConfig, mcp: HubSlot) -> Services:
     return Services(
+        gateway=gateway,
         admission=Admission.build(store, config, deployment_limits=_deployment_limits(config)),
         cache=ResponseCache(store, _cache_rules(config)),
-        responses=ResponseStore(store, config.responses.ttl_s, int(config.responses.max_bytes)),
-        conversations=ConversationStore(store),
-        send_timeout_s=config.http.send_timeout_s,
-        protect_ops=config.http.protect_ops,
-        hosted_tools=config.responses.hosted_tools,
-        hosted_by_model=_hosted_by_model(config),
-        bodies=BodyBuffers(
-            _mb(config.http.body_buffers_mb), _mb(config.http.body_buffers_per_key_mb)
-        ),
+        hosted=HostedContext.of(config, mcp.hub),
+    )
+
+
+def _spine(services: Services, config: GatewayConfig) -> Spine:
+    http = config.http
+    return Spine(
+        services,
+        bodies=BodyBuffers(_mb(http.body_buffers_mb), _mb(http.body_buffers_per_key_mb)),
+        sockets=SocketSlots(http.max_sockets, http.max_sockets_per_key),
+        send_timeout_s=http.send_timeout_s,
+        protect_ops=http.protect_ops,
+        socket_idle_s=http.socket_idle_s,
     )
 
 
@@ -168,38 +176,24 @@ def _mb(megabytes: float) -> int:
     return int(megabytes * 1_000_000)
 
 
-def _hosted_by_model(config: GatewayConfig) -> dict[str, HostedTools]:
-    return {
-        name: route.hosted_tools
-        for name, route in config.models.items()
-        if route.hosted_tools is not None
-    }
-
-
-def _reconfigure(services: Services, config: GatewayConfig) -> None:
+def _reconfigure(
+    spine: Spine, served: tuple[Api, ...], config: GatewayConfig, mcp: HubSlot
+) -> None:
+    """A reloaded config, for the spine, the shared services and each API's state."""
+    services = spine.services
     services.admission.apply(config, _deployment_limits(config))
     services.cache.rules = _cache_rules(config)
-    services.responses.ttl_s = config.responses.ttl_s
-    services.responses.max_bytes = int(config.responses.max_bytes)
-    services.bodies.total = _mb(config.http.body_buffers_mb)
-    services.bodies.per_key = _mb(config.http.body_buffers_per_key_mb)
-    services.hosted_tools = config.responses.hosted_tools
-    services.hosted_by_model = _hosted_by_model(config)
-    services.send_timeout_s = config.http.send_timeout_s
-    services.protect_ops = config.http.protect_ops
-
-
-def _session_secret(config: GatewayConfig, services: Services) -> bytes | None:
-    """What signs ``/mcp`` session ids: the config's secret, else one derived from the
-    master key (``None``: one kept in the state store)."""
-    if config.mcp.session_secret is not None:
-        return config.mcp.session_secret.get_secret_value().encode()
-    return services.admission.keys.derived_secret("mcp-session")
-
-
-def _rehost(services: Services, config: GatewayConfig, mcp: HubSlot) -> None:
-    """The hosted tools of a reloaded config, on its (possibly new) hub."""
     services.hosted = HostedContext.of(config, mcp.hub)
+    http = config.http
+    spine.bodies.total = _mb(http.body_buffers_mb)
+    spine.bodies.per_key = _mb(http.body_buffers_per_key_mb)
+    spine.sockets.total, spine.sockets.per_key = http.max_sockets, http.max_sockets_per_key
+    spine.send_timeout_s = http.send_timeout_s
+    spine.protect_ops = http.protect_ops
+    spine.socket_idle_s = http.socket_idle_s
+    for api in served:
+        if api.reconfigure is not None and api.name in services.apis:
+            api.reconfigure(services.apis[api.name], config)
 
 
 def _deployment_limits(config: GatewayConfig) -> dict[str, RateLimit]:
@@ -210,46 +204,52 @@ def _cache_rules(config: GatewayConfig) -> dict[str, CacheRule]:
     return {name: route.cache for name, route in config.models.items() if route.cache}
 
 
-def _gateway_error(request: Request[Any, Any, Any], exc: GatewayError) -> Response[dict[str, Any]]:
-    if _anthropic(request):
-        return _anthropic_error(request, exc.status_code, error_message(exc), exc.headers())
-    return Response(exc.to_body(), status_code=exc.status_code, headers=exc.headers())
+class ErrorShapes:
+    """Errors in the shape of the API called: the API of the route, else of the path's
+    prefix (a path no operation serves), else OpenAI's."""
 
+    def __init__(self, served: tuple[Api, ...]) -> None:
+        self._served = served
+        self._by_name = {api.name: api for api in served}
 
-def _anthropic(request: Request[Any, Any, Any]) -> bool:
-    """Errors of the Messages routes take Anthropic's shape, for Anthropic's clients."""
-    path: str = request.scope["path"]
-    return path.startswith("/v1/messages")
+    def _api(self, request: Request[Any, Any, Any]) -> Api | None:
+        handler = request.scope.get("route_handler")
+        named = handler.opt.get("api") if handler is not None else None
+        if named is not None:
+            return self._by_name.get(named)
+        return api_of_path(self._served, request.scope["path"])
 
+    def _answer(
+        self,
+        request: Request[Any, Any, Any],
+        error: GatewayError,
+        status: int,
+        headers: dict[str, str],
+    ) -> Response[bytes]:
+        api = self._api(request)
+        request_id = request.scope.get("state", {}).get("request_id")
+        if api is None:
+            status, body = openai_error(error, status, request_id)
+        else:
+            status, body = api.errors(error, status, request_id)
+        if status == 401:
+            headers = {**headers, "www-authenticate": "Bearer"}
+        return Response(
+            body, status_code=status, headers=headers or None, media_type="application/json"
+        )
 
-def _anthropic_error(
-    request: Request[Any, Any, Any], status: int, message: str, headers: dict[str, str] | None
-) -> Response[dict[str, Any]]:
-    request_id = request.scope.get("state", {}).get("request_id")
-    status, body = anthropic_error(status, message, request_id)
-    return Response(body, status_code=status, headers=headers or None)
+    def gateway_error(self, request: Request[Any, Any, Any], exc: GatewayError) -> Response[bytes]:
+        return self._answer(request, exc, exc.status_code, exc.headers())
 
+    def http_error(self, request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+        status = exc.status_code
+        error = GatewayError(str(exc.detail))
+        error.error_type = _HTTP_TYPES.get(  # type: ignore[misc]
+            status, "invalid_request_error" if status < 500 else "server_error"
+        )
+        return self._answer(request, error, status, dict(exc.headers or {}))
 
-def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
-    status = exc.status_code
-    if _anthropic(request):
-        return _anthropic_error(request, status, exc.detail, exc.headers)
-    body = {
-        "error": {
-            "message": exc.detail,
-            "type": _HTTP_TYPES.get(
-                status, "invalid_request_error" if status < 500 else "server_error"
-            ),
-            "param": None,
-            "code": None,
-        }
-    }
-    return Response(body, status_code=status, headers=exc.headers or None)
-
-
-def _unexpected_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
-    log.exception("unhandled_error", error_type=type(exc).__name__)
-    error = GatewayError("The server had an error while processing your request.")
-    if _anthropic(request):
-        return _anthropic_error(request, 500, error.message, None)
-    return Response(error.to_body(), status_code=500)
+    def unexpected_error(self, request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+        log.exception("unhandled_error", error_type=type(exc).__name__)
+        error = GatewayError("The server had an error while processing your request.")
+        return self._answer(request, error, 500, {})

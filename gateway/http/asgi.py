@@ -25,16 +25,19 @@ a watch puts a ``"callback"``, called when the connection is lost while the requ
 class JSONBody:
     """A whole JSON answer."""
 
-    __slots__ = ("body", "headers", "status")
+    __slots__ = ("body", "headers", "media_type", "status")
 
-    def __init__(self, body: bytes, headers: Mapping[str, str], status: int = 200) -> None:
+    def __init__(
+        self, body: bytes, headers: Mapping[str, str], status: int = 200, media_type: str = JSON
+    ) -> None:
         self.body = body
         self.headers = headers
         self.status = status
+        self.media_type = media_type
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
-            (b"content-type", b"application/json"),
+            (b"content-type", self.media_type.encode("latin-1")),
             (b"content-length", str(len(self.body)).encode()),
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()),
         ]

@@ -19,8 +19,13 @@ uvicorn's httptools protocol, with the bounds a careful reverse proxy would set:
   gets 503 and is closed at once, so silent connections cannot use up file descriptors;
 * at most ``max_in_flight`` requests run at once; more get 503 with ``retry-after``;
 * a connection upgraded to a WebSocket (the Responses API's, ``GET /v1/responses``) keeps
-  its place among the open connections until it closes; its messages are at most uvicorn's
-  ``ws_max_size`` (16 MiB), and it is pinged so that a vanished client is noticed.
+  its place among the open connections until it closes (the spine bounds how many one key
+  and all keys hold, and closes a silent one: :mod:`gateway.http.socket`); a message is at
+  most a request body's bound (and a little: the spine answers a message past the body's
+  bound with an error, past this the socket closes with 1009), a message sent in
+  fragments must arrive whole within ``body_timeout_s`` of its first (else the socket
+  closes with 1008), and it is pinged so that a vanished client is noticed. The query
+  string of an upgrade (which may carry a key) is never logged.
 
 Refusals are OpenAI-shaped JSON built from :mod:`gateway.errors`. Everything is counted in
 callbacks uvicorn makes anyway: a request costs a few attribute updates, plus a timer only
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 import weakref
@@ -50,6 +56,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
+from gateway.apis.contract import MAX_BODY_BYTES
 from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
 from gateway.http.asgi import GONE, JSONBody
 
@@ -138,22 +145,76 @@ class Edge:
             log.warning(event, **facts)
 
 
+MAX_MESSAGE_BYTES = MAX_BODY_BYTES + (1 << 20)
+
+
 class EdgeConfig(uvicorn.Config):
     """uvicorn's settings with :class:`EdgeProtocol`, and the state its connections share."""
 
     def __init__(self, app: Any, limits: EdgeLimits, **kwargs: Any) -> None:
+        kwargs.setdefault("ws_max_size", MAX_MESSAGE_BYTES)
         super().__init__(app, http=EdgeProtocol, ws=EdgeWebSocket, **kwargs)
         self.edge = Edge(limits)
+        logging.getLogger("uvicorn.error").addFilter(_no_query)
+
+
+def _no_query(record: logging.LogRecord) -> bool:
+    """uvicorn's WebSocket lines without the query string, which may carry a key."""
+    if isinstance(record.msg, str) and '"WebSocket %s"' in record.msg:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 2 and isinstance(args[1], str):
+            record.args = (args[0], args[1].partition("?")[0], *args[2:])
+    return True
 
 
 class EdgeWebSocket(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol on a connection :class:`EdgeProtocol` upgraded: it
-    holds the connection's place among the open ones until it closes."""
+    holds the connection's place among the open ones until it closes, and a message in
+    fragments must be whole within the body's deadline."""
+
+    _message_timer: asyncio.TimerHandle | None = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if isinstance(self.config, EdgeConfig):
             self.config.edge.open -= 1
+        self._stop_message_timer()
         super().connection_lost(exc)
+
+    def handle_text(self, event: Any) -> None:
+        self._fragment(event.fin)
+        super().handle_text(event)
+
+    def handle_bytes(self, event: Any) -> None:
+        self._fragment(event.fin)
+        super().handle_bytes(event)
+
+    def handle_cont(self, event: Any) -> None:
+        self._fragment(event.fin)
+        super().handle_cont(event)
+
+    def _fragment(self, fin: bool) -> None:
+        """Time a message sent in fragments from its first one; stop once it is whole."""
+        if fin:
+            self._stop_message_timer()
+        elif self._message_timer is None and isinstance(self.config, EdgeConfig):
+            deadline = self.config.edge.limits.body_timeout_s
+            self._message_timer = self.loop.call_later(deadline, self._message_late)
+
+    def _message_late(self) -> None:
+        self._message_timer = None
+        if self.frames and not self.transport.is_closing():
+            edge = self.config.edge if isinstance(self.config, EdgeConfig) else None
+            if edge is not None:
+                edge.warn("websocket_message_late", effect="the socket is closed (1008)")
+            self.frames = []
+            self.conn.fail(1008, "message not whole in time")
+            self.transport.write(b"".join(self.conn.data_to_send()))
+            self.transport.close()
+
+    def _stop_message_timer(self) -> None:
+        if self._message_timer is not None:
+            self._message_timer.cancel()
+            self._message_timer = None
 
 
 class EdgeProtocol(HttpToolsProtocol):

@@ -1,6 +1,7 @@
 """What a request must look like before the app reads it: a guard against web pages.
 
-Every ``POST`` to ``/v1/...`` must carry ``Content-Type: application/json`` (415 otherwise):
+Every request of an operation that reads a JSON body (the registry says which:
+:mod:`gateway.apis.registry`) must carry ``Content-Type: application/json`` (415 otherwise):
 a browser may send ``text/plain`` (or no type at all) across origins without asking first,
 and such a body must never be parsed as JSON.
 
@@ -31,11 +32,11 @@ from litestar.exceptions import HTTPException
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admission.keys import KeyRing
+from gateway.common.origins import loopback_host, loopback_origin
 from gateway.errors import PermissionDeniedError
 
 log = structlog.get_logger("shunter.guard")
 JSON = b"application/json"
-_LOOPBACK_NAMES = frozenset({b"localhost", b"127.0.0.1", b"::1"})
 _CONFIGURE_KEYS = (
     "This gateway has no API keys (open mode), so it serves only local clients. To serve "
     "others, configure keys: set SHUNTER_MASTER_KEY, or create keys with `shunter keys "
@@ -57,7 +58,8 @@ class RequestGuard:
             for name, value in scope["headers"]:
                 if name == b"content-type":
                     content_type = value
-            if scope["method"] == "POST" and scope["path"].startswith("/v1/"):
+            handler = scope.get("route_handler")
+            if handler is not None and scope["method"] in handler.opt.get("json", ()):
                 _check_json(content_type)
             await self._check_page(scope)
         elif scope["type"] == ScopeType.WEBSOCKET:
@@ -87,27 +89,6 @@ class RequestGuard:
         if self._keys is None:
             self._keys = scope["app"].state.services.admission.keys
         return await self._keys.auth_enabled()
-
-
-def loopback_host(host: bytes) -> bool:
-    """Whether a ``Host`` value names this machine's loopback: a name, then maybe a port."""
-    if host.startswith(b"["):
-        name, bracket, port = host[1:].partition(b"]")
-        if not bracket:
-            return False
-        if port:
-            if not port.startswith(b":"):
-                return False
-            port = port[1:]
-    else:
-        name, _, port = host.partition(b":")
-    return name.lower() in _LOOPBACK_NAMES and (not port or port.isdigit())
-
-
-def loopback_origin(origin: bytes) -> bool:
-    """Whether an ``Origin`` is a page served from this machine's loopback."""
-    scheme, sep, rest = origin.partition(b"://")
-    return bool(sep) and scheme.lower() in (b"http", b"https") and loopback_host(rest)
 
 
 def _on_loopback(scope: Scope) -> bool:

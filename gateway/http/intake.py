@@ -1,116 +1,102 @@
-"""What the request path reads of a request before it does anything with it: the caller's
-key (from the headers alone, before the body is read) and the body, size-limited and
-validated."""
+"""What the spine reads of a request before an operation sees it: the caller's key (from
+the headers alone, before the body is read, wherever the API's clients put it), the
+request limit of a call that is not a generation, and the body, bounded.
+
+One :class:`~gateway.apis.contract.Exchange` comes out, whatever the API; a WebSocket
+message is read into one the same way (:mod:`gateway.http.socket`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
+from urllib.parse import parse_qsl
 
-from litestar.exceptions import ClientException, MethodNotAllowedException
+from litestar.exceptions import ClientException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.types import Receive, Scope
-from pydantic import BaseModel, ValidationError
 
-from gateway.admission.admit import Admission
-from gateway.admission.cache import ResponseCache
-from gateway.admission.keys import KeyInfo
-from gateway.admission.sessions import SESSION_HEADERS
+from gateway.apis.contract import Api, Exchange, KeySources, Operation
 from gateway.dispatch import Gateway
 from gateway.errors import ServiceUnavailableError
-from gateway.hosted.context import HostedContext
-from gateway.http.asgi import JSONBody
-from gateway.http.bodies import BodyBuffers, BodyLease
-from gateway.ingress.conversations import ConversationStore
-from gateway.ingress.response_tools import HostedTools
-from gateway.ingress.store import ResponseStore
-from gateway.protocol import jsonio
-from gateway.protocol.validation import request_error
-from gateway.telemetry.tracing import note_request
+from gateway.http.bodies import BodyLease
+from gateway.http.spine import Spine
 
-M = TypeVar("M", bound=BaseModel)
-MAX_BODY_BYTES = 10_000_000  # as the framework's default for its own handlers
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-@dataclass
-class Services:
-    """What the request path uses besides the gateway; one per app.
-
-    ``send_timeout_s``: how long one write may wait for a client that stopped reading;
-    ``protect_ops``: whether ``/metrics`` and readiness figures need the master key;
-    ``responses``: the stored responses of ``/v1/responses``; ``conversations``: those of
-    ``/v1/conversations``; ``hosted_tools``: what
-    ``/v1/responses`` does with tools only OpenAI runs (``drop``: reported, ``refuse``), and
-    per model (``hosted_by_model``); ``hosted``: the tools the gateway runs itself (MCP
-    servers, stand-ins) and its bounds."""
-
-    admission: Admission
-    cache: ResponseCache
-    responses: ResponseStore
-    conversations: ConversationStore
-    send_timeout_s: float = 30.0
-    protect_ops: bool = False
-    hosted_tools: HostedTools = "drop"
-    hosted_by_model: dict[str, HostedTools] = field(default_factory=dict)
-    hosted: HostedContext = field(default_factory=HostedContext)
-    bodies: BodyBuffers = field(default_factory=lambda: BodyBuffers(256_000_000, 64_000_000))
-
-    def hosted_for(self, model: str) -> HostedTools:
-        """What ``/v1/responses`` does with hosted tools for ``model``."""
-        return self.hosted_by_model.get(model, self.hosted_tools)
-
-
-@dataclass
-class Arrival:
-    """A request whose caller is known and whose body has been read (not yet parsed)."""
-
-    services: Services
-    gateway: Gateway
-    key: KeyInfo
-    body: bytes
-    facts: dict[str, Any]
-    """The log/metrics facts of this request (written out by the middleware)."""
-    request_id: str
-    session_header: str | None = None
-    """The client's session id from its headers (``x-shunter-session``, or what agent CLIs
-    send: :data:`~gateway.admission.sessions.SESSION_HEADERS`), if it sent one."""
-
-
-async def arrive(scope: Scope, receive: Receive, x_api_key: bool = False) -> Arrival:
-    """The caller's key, then the body: a request with a bad key is refused before its
-    body is read."""
-    services, gateway, key = await authenticated(scope, x_api_key)
-    lease = services.bodies.lease(key.id)
-    try:
-        body = await read_body(scope, receive, lease=lease)
-    finally:
-        lease.release()
+async def arrive(scope: Scope, receive: Receive, api: Api, operation: Operation) -> Exchange:
+    """The exchange of one HTTP request: its caller (refused before the body is read),
+    one request off the caller's limit for an operation that is not a generation (which
+    takes it at admission, with its tokens), then its body within the operation's bound
+    and the key's share of the bodies being received."""
+    spine: Spine = scope["app"].state.spine
+    services = spine.services
+    taking_work(services.gateway)
+    headers = header_map(scope)
+    query = query_map(scope)
+    key = await services.admission.authenticate(credentials(headers, query, api.keys))
     facts = request_facts(scope)
-    request_id = scope["state"].get("request_id", "")
-    return Arrival(services, gateway, key, body, facts, request_id, session_header(scope))
+    facts["key_id"] = key.id
+    if operation.codec is None and operation.counted:
+        await services.admission.count_request(key)
+    method = str(scope.get("method", "GET"))
+    body = b""
+    if method in _BODY_METHODS:
+        lease = spine.bodies.lease(key.id)
+        try:
+            body = await read_body(scope, receive, operation.max_body, lease)
+        finally:
+            lease.release()
+    return Exchange(
+        services,
+        key,
+        body,
+        headers,
+        scope["state"].get("request_id", ""),
+        facts,
+        scope.get("path_params") or {},
+        query,
+        "http",
+        method,
+    )
 
 
-def session_header(scope: Scope) -> str | None:
-    """The first session header the client sent (see :data:`SESSION_HEADERS`)."""
-    for name in SESSION_HEADERS:
-        value = _header(scope, name.encode("latin-1"))
+def header_map(scope: Scope) -> dict[str, str]:
+    """The request's headers by lower-case name (the first of repeated ones)."""
+    headers: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+    return headers
+
+
+def query_map(scope: Scope) -> dict[str, str]:
+    """The query string's parameters (the first of repeated ones); empty without one."""
+    raw: bytes = scope.get("query_string", b"")
+    if not raw:
+        return {}
+    query: dict[str, str] = {}
+    for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+        query.setdefault(name, value)
+    return query
+
+
+def credentials(headers: dict[str, str], query: dict[str, str], sources: KeySources) -> str | None:
+    """The caller's key as an ``Authorization`` value: the first of ``sources`` that is
+    set (``authorization`` as it came; any other header or query parameter as a bearer
+    token)."""
+    for name in sources.headers:
+        value = headers.get(name)
         if value:
-            return value
+            return value if name == "authorization" else f"Bearer {value}"
+    for name in sources.query:
+        value = query.get(name)
+        if value:
+            return f"Bearer {value}"
     return None
 
 
-def parse_body(model: type[M], body: bytes) -> M:
-    """Validate a request body; errors become 400s naming the offending ``param``."""
-    try:
-        parsed = jsonio.validate_json(model, body)
-    except ValidationError as exc:
-        raise request_error(exc) from exc
-    note_request(parsed)  # the span's sampling parameters, from this one parse
-    return parsed
-
-
 def request_facts(scope: Scope) -> dict[str, Any]:
-    """The log/metrics facts of this request (written out by the middleware)."""
+    """The log/metrics facts of this request (written out by the access line)."""
     facts: dict[str, Any] = scope.setdefault("state", {}).setdefault("log", {})
     return facts
 
@@ -126,36 +112,8 @@ def taking_work(gateway: Gateway) -> Gateway:
     return gateway
 
 
-def json_response(model: BaseModel, headers: dict[str, str]) -> JSONBody:
-    return JSONBody(jsonio.to_json(model), headers)
-
-
-async def authenticated(scope: Scope, x_api_key: bool = False) -> tuple[Services, Gateway, KeyInfo]:
-    """The app's services, its gateway (if it takes work) and the caller's key, from the
-    headers alone: a request with a bad key is refused before its body is read."""
-    if scope.get("method") != "POST":
-        raise MethodNotAllowedException(headers={"allow": "POST"})
-    state = scope["app"].state
-    gateway = taking_work(state.gateway)
-    services: Services = state.services
-    key = await services.admission.authenticate(credentials(scope, x_api_key))
-    request_facts(scope)["key_id"] = key.id
-    return services, gateway, key
-
-
-def credentials(scope: Scope, x_api_key: bool = False) -> str | None:
-    """The ``Authorization`` header; where Anthropic's clients call, ``x-api-key`` too
-    (as a bearer token) when there is no ``Authorization``."""
-    authorization = _header(scope, b"authorization")
-    if authorization is None and x_api_key:
-        key = _header(scope, b"x-api-key")
-        if key:
-            return f"Bearer {key}"
-    return authorization
-
-
 async def read_body(
-    scope: Scope, receive: Receive, limit: int = MAX_BODY_BYTES, lease: BodyLease | None = None
+    scope: Scope, receive: Receive, limit: int, lease: BodyLease | None = None
 ) -> bytes:
     """The request body; 413 past ``limit`` bytes (announced or received). ``lease``
     counts its bytes against the bodies being received (:mod:`gateway.http.bodies`)."""

@@ -69,8 +69,8 @@ class RequestContextMiddleware:
         if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
-        operation = _OPERATIONS.get(scope["path"])
-        if operation is None:  # health, metrics, models: no span, no access line
+        operation = operation_of(scope)
+        if operation is None:  # health, metrics, the status page: no span, no access line
             request_id_of(scope)
             scope["state"]["log"] = {}
             await _guarded(self.app, scope, receive, send)
@@ -150,16 +150,45 @@ class RequestContextMiddleware:
             status = CLIENT_GONE
         elif not status:  # nothing was sent
             status = 500
-        self.telemetry.record(facts, status, duration, traced.operation, traced)
-        log.info(
-            "request",
-            method=_clip(str(scope.get("method", ""))),
-            path=scope["path"],
-            status=status,
-            duration_ms=round(duration * 1000, 2),
-            **_clipped(facts),
+        method, path = str(scope.get("method", "")), scope["path"]
+        record_request(
+            self.telemetry, facts, status, duration, traced.operation, method, path, traced
         )
         return status
+
+
+def operation_of(scope: Scope) -> str | None:
+    """The registry's name of the operation a request is routed to (``None``: not an API
+    operation: health, metrics, the status page)."""
+    handler = scope.get("route_handler")
+    if handler is None:
+        return None
+    operations = handler.opt.get("operations")
+    return None if operations is None else operations.get(scope.get("method", ""))
+
+
+def record_request(
+    telemetry: Telemetry,
+    facts: dict[str, Any],
+    status: int,
+    duration: float,
+    operation: str,
+    method: str,
+    path: str,
+    traced: RequestTrace | None = None,
+) -> None:
+    """Count a finished request (or WebSocket message) and write its access line: the
+    path (never the query string, which may carry a key), the key's id, the request id
+    and what the request's layers noted."""
+    telemetry.record(facts, status, duration, operation, traced)
+    log.info(
+        "request",
+        method=_clip(method),
+        path=_clip(path),
+        status=status,
+        duration_ms=round(duration * 1000, 2),
+        **_clipped(facts),
+    )
 
 
 def _usage(facts: dict[str, Any]) -> dict[str, Any]:
@@ -193,11 +222,11 @@ _PROTECTED = {"/metrics": "deny", "/health/readiness": "status only"}
 async def _guarded(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
     """Serve a request outside the API, guarding the operations endpoints when asked to."""
     rule = _PROTECTED.get(scope["path"])
-    services = getattr(scope["app"].state, "services", None)
-    if rule is None or services is None or not services.protect_ops:
+    spine = getattr(scope["app"].state, "spine", None)
+    if rule is None or spine is None or not spine.protect_ops:
         await app(scope, receive, send)
         return
-    keys = services.admission.keys
+    keys = spine.services.admission.keys
     if keys.is_master(_header(scope, b"authorization")):
         await app(scope, receive, send)
     elif rule == "deny":
@@ -239,13 +268,3 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
-
-
-_OPERATIONS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "text_completion",
-    "/v1/responses": "responses",
-    "/v1/responses/compact": "responses",
-    "/v1/messages": "messages",
-    "/v1/embeddings": "embeddings",
-}

@@ -16,8 +16,8 @@ from typing import Any
 
 from gateway.admission.keys import KeyRecord
 from gateway.admission.limits import RateLimit
+from gateway.apis.contract import Services
 from gateway.dispatch import Gateway
-from gateway.http.intake import Services
 from gateway.mcp.servers import HubSlot
 from gateway.residency.placement import Placement, plan_deployments
 from gateway.state.base import StateUnavailable

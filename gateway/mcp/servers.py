@@ -151,7 +151,7 @@ class McpHub:
             )
         record.known_tool = True
         record.bytes_out = len(orjson.dumps(arguments))
-        result = await upstream.call_tool(tool, arguments)
+        result = await upstream.call_tool(tool, arguments, caller.key_id or "anonymous")
         record.bytes_in = len(orjson.dumps([*result.content, result.structured]))
         if result.is_error:
             record.outcome = "tool_error"

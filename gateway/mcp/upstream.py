@@ -1,9 +1,14 @@
 """One configured MCP server as the hub uses it: a connection kept up by a supervisor task
 (reconnected, or the process restarted, with back-off when it is lost), its tool list kept
-for a while, and calls bounded in number (``max_concurrency``) and time (``timeout_s``).
+for a while, and calls bounded in number (``max_concurrency``, and
+``max_concurrency_per_key`` for one API key), time (``timeout_s``) and size
+(``max_result_bytes``).
 
 A slow or dead server costs only its own callers: they get a :class:`ToolServerError`
-(504 for the timeout) within its ``timeout_s``; other servers' calls never wait on it.
+(504 for the timeout) within its ``timeout_s``; other servers' calls never wait on it, and
+one key's calls leave the others room. What the server says back (its errors, its tools'
+results) never carries the credentials the gateway holds for it (its headers, its OAuth
+secret, its secret-looking environment): they are taken out before anyone reads it.
 """
 
 from __future__ import annotations
@@ -11,17 +16,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import mcp_types
+import orjson
 import structlog
 from mcp.client import Client
 from mcp.client._transport import TransportStreams
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from backends.http.redact import Redactor, secret_name
 from gateway.config.mcp import HttpServer, StdioServer
 from gateway.mcp.hub import McpTool, ToolResult, ToolServerError, ToolServerTimeoutError
 from gateway.mcp.transports import http_transport, stdio_transport
@@ -44,6 +51,9 @@ class Upstream:
         self.list_ttl_s = list_ttl_s
         self.restarts = 0
         self._slots = asyncio.Semaphore(settings.max_concurrency)
+        share = settings.max_concurrency_per_key or max(1, settings.max_concurrency // 2)
+        self._shares = KeyShares(share)
+        self._redactor = redactor_of(settings)
         self._client: Client | None = None
         self._connected = asyncio.Event()
         self._attempted = asyncio.Event()  # a connect attempt finished (either way)
@@ -98,25 +108,38 @@ class Upstream:
             return None
         return any(t.name == tool for t in self._tools)
 
-    async def call_tool(self, tool: str, arguments: Mapping[str, Any]) -> ToolResult:
-        """Call ``tool``; its own error is a result (``is_error``), the server's a raise."""
-        async with self._bounded("tools/call") as client:
+    async def call_tool(
+        self, tool: str, arguments: Mapping[str, Any], key_id: str = ""
+    ) -> ToolResult:
+        """Call ``tool`` for the key ``key_id``; its own error is a result (``is_error``),
+        the server's a raise (a result past ``max_result_bytes`` too)."""
+        async with self._bounded("tools/call", key_id) as client:
             result = await client.call_tool(tool, dict(arguments))
+        content = [
+            b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in result.content
+        ]
+        size = len(orjson.dumps([content, result.structured_content]))
+        limit = int(self.settings.max_result_bytes)
+        if size > limit:
+            raise ToolServerError(
+                f"MCP server '{self.name}' answered tools/call with {size} bytes; at most "
+                f"{limit} come back."
+            )
+        scrub = self._redactor.secrets_only
         return ToolResult(
-            content=[
-                b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in result.content
-            ],
-            structured=result.structured_content,
+            content=[scrubbed(block, scrub) for block in content],
+            structured=scrubbed(result.structured_content, scrub),
             is_error=bool(result.is_error),
         )
 
     @contextlib.asynccontextmanager
-    async def _bounded(self, method: str) -> AsyncIterator[Client]:
-        """A connected client within one slot and the server's timeout; every failure of
-        the server becomes a :class:`ToolServerError`."""
+    async def _bounded(self, method: str, key_id: str = "") -> AsyncIterator[Client]:
+        """A connected client within one slot (and one of the key's share) and the
+        server's timeout; every failure of the server becomes a :class:`ToolServerError`,
+        its words scrubbed."""
         timeout_s = self.settings.timeout_s
         try:
-            async with asyncio.timeout(timeout_s), self._slots:
+            async with asyncio.timeout(timeout_s), self._shares.of(key_id), self._slots:
                 yield await self._ready()
         except TimeoutError as exc:
             raise _timed_out(self.name, method, timeout_s) from exc
@@ -125,16 +148,14 @@ class Upstream:
                 raise _timed_out(self.name, method, timeout_s) from exc
             if exc.code == CONNECTION_CLOSED:
                 self._lose()
-            raise ToolServerError(
-                f"MCP server '{self.name}' failed {method}: {_clip(exc.error.message)}"
-            ) from exc
+            said = self._redactor.for_client(_clip(exc.error.message))
+            raise ToolServerError(f"MCP server '{self.name}' failed {method}: {said}") from exc
         except ToolServerError:
             raise
         except Exception as exc:  # a transport's failure (refused, reset, a bad answer)
             self._lose()
-            raise ToolServerError(
-                f"MCP server '{self.name}' failed {method}: {_describe(exc)}"
-            ) from exc
+            said = self._redactor.for_client(_describe(exc))
+            raise ToolServerError(f"MCP server '{self.name}' failed {method}: {said}") from exc
 
     async def _ready(self) -> Client:
         """The connected client; a server whose last connect failed fails at once."""
@@ -142,7 +163,8 @@ class Upstream:
             if self._task is None or self._stop.is_set():
                 raise ToolServerError(f"MCP server '{self.name}' is not running.")
             if self._failure is not None and not self._connected.is_set():
-                raise ToolServerError(f"MCP server '{self.name}' is unreachable: {self._failure}")
+                said = self._redactor.for_client(self._failure)
+                raise ToolServerError(f"MCP server '{self.name}' is unreachable: {said}")
             await self._attempted.wait()
         return self._client
 
@@ -260,3 +282,49 @@ def _describe(exc: BaseException) -> str:
 
 def _clip(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+class KeyShares:
+    """Each API key's share of a server's call slots: at most ``share`` of its calls at
+    once; the counters of a key with none go away."""
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+        self._held: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def of(self, key_id: str) -> AsyncIterator[None]:
+        semaphore, users = self._held.get(key_id) or (asyncio.Semaphore(self.share), 0)
+        self._held[key_id] = semaphore, users + 1
+        try:
+            async with semaphore:
+                yield
+        finally:
+            semaphore, users = self._held[key_id]
+            if users <= 1:
+                del self._held[key_id]
+            else:
+                self._held[key_id] = semaphore, users - 1
+
+
+def redactor_of(settings: StdioServer | HttpServer) -> Redactor:
+    """What must never come back from this server: the credentials configured for it."""
+    if isinstance(settings, HttpServer):
+        secrets = [v.get_secret_value() for v in settings.headers.values()]
+        secrets += [token for v in secrets for token in v.split()[1:]]  # "Bearer <token>"
+        if settings.oauth is not None:
+            secrets.append(settings.oauth.client_secret.get_secret_value())
+        return Redactor(secrets, [settings.url])
+    secrets = [v.get_secret_value() for k, v in settings.env.items() if secret_name(k)]
+    return Redactor(secrets)
+
+
+def scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (JSON-ready) with ``scrub`` applied to every string in it."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {k: scrubbed(v, scrub) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrubbed(v, scrub) for v in value]
+    return value

@@ -1,4 +1,5 @@
-"""Streams as SSE frames: what the HTTP layer writes, whichever backend produced them.
+"""Streams as SSE frames (what the HTTP layer writes, whichever backend produced them),
+or as chat chunks (what another API's encoder reads).
 
 A :class:`FrameStream` yields ``data: {chunk}\\n\\n`` frames and, once exhausted, holds the
 stream's ``usage`` and its usage-only frame, so the gateway can account for every stream
@@ -9,19 +10,25 @@ the others' chunks are framed by :class:`Framed`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError
-from gateway.protocol import Usage
+from gateway.protocol import ChatCompletionChunk, Usage
 from gateway.protocol.sse import frame
 
+T_co = TypeVar("T_co", covariant=True)
 
-class FrameStream(Protocol):
+
+class Stream(Protocol[T_co]):
+    """A stream of an answer's pieces (SSE frames, or chat chunks) that knows its usage
+    once it is exhausted."""
+
     @property
     def usage(self) -> Usage | None:
         """The stream's usage, once it is exhausted."""
@@ -32,11 +39,15 @@ class FrameStream(Protocol):
         """The usage-only chunk as a frame, once the stream is exhausted."""
         ...
 
-    def __aiter__(self) -> AsyncIterator[bytes]: ...
+    def __aiter__(self) -> AsyncIterator[T_co]: ...
 
-    async def __anext__(self) -> bytes: ...
+    async def __anext__(self) -> T_co: ...
 
     async def aclose(self) -> None: ...
+
+
+FrameStream = Stream[bytes]
+"""SSE frames, written as they are."""
 
 
 class Framed:
@@ -104,13 +115,48 @@ def _json_frame(chunk: dict[str, Any]) -> bytes:
     )
 
 
-class Wrapped:
-    """Base of a frame stream that watches another: its usage is the inner stream's."""
+class Chunks:
+    """A backend's chat chunks as they come (the usage-only one too), for an encoder that
+    turns them into another API's events. Each chunk with choices is kept while
+    :attr:`delivered` is a list, so that a resume can read back what was delivered; a
+    resume goes on with its continuation in place of the failed source
+    (:meth:`resume_with`)."""
 
-    _inner: FrameStream
+    def __init__(self, chunks: AsyncIterator[ChatCompletionChunk]) -> None:
+        self._chunks = chunks
+        self.usage: Usage | None = None
+        self.usage_frame: bytes | None = None
+        self.delivered: list[ChatCompletionChunk] | None = []
+
+    def __aiter__(self) -> Chunks:
+        return self
+
+    async def __anext__(self) -> ChatCompletionChunk:
+        chunk = await anext(self._chunks)
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if chunk.choices and self.delivered is not None:
+            self.delivered.append(chunk)
+        return chunk
+
+    def resume_with(self, chunks: AsyncIterator[ChatCompletionChunk]) -> None:
+        """Go on with ``chunks`` in place of a source that failed mid-stream (the caller
+        closes the failed one)."""
+        self._chunks = chunks
+
+    async def aclose(self) -> None:
+        close = getattr(self._chunks, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class Wrapped:
+    """Base of a stream that watches another: its usage is the inner stream's."""
+
+    _inner: Stream[Any]
 
     @property
-    def inner(self) -> FrameStream:
+    def inner(self) -> Stream[Any]:
         """The stream this one watches."""
         return self._inner
 
@@ -126,7 +172,7 @@ class Wrapped:
 class Deadline(Wrapped):
     """Ends a frame stream with a timeout error (sent in-band) past ``total_s``."""
 
-    def __init__(self, inner: FrameStream, total_s: float, deployment: str) -> None:
+    def __init__(self, inner: Stream[Any], total_s: float, deployment: str) -> None:
         self._inner = inner
         self._total_s = total_s
         self._deadline = time.monotonic() + total_s
@@ -135,9 +181,7 @@ class Deadline(Wrapped):
     def __aiter__(self) -> Deadline:
         return self
 
-    async def __anext__(self) -> bytes:
-        import asyncio
-
+    async def __anext__(self) -> Any:
         remaining = self._deadline - time.monotonic()
         try:
             if remaining <= 0:

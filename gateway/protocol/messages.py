@@ -4,7 +4,7 @@ Content blocks are one lenient model whose ``type`` says which fields matter (``
 ``image``, ``tool_use``, ``tool_result``, ``thinking``, ``document``...), and unknown
 fields are kept, so a request passed through to an Anthropic upstream is never refused
 for what this gateway does not know, and the translation
-(:mod:`gateway.ingress.messages`) names the offending field itself.
+(:mod:`gateway.apis.anthropic.translation`) names the offending field itself.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 its inverse.
 
 Two places translate between the two wire formats, in opposite directions: the gateway's
-own ``/v1/messages`` (:mod:`gateway.ingress.messages`: a Messages request becomes a chat
+own ``/v1/messages`` (:mod:`gateway.apis.anthropic.translation`: a Messages request becomes a chat
 request, a chat answer a Messages answer) and the ``anthropic`` backend
 (:mod:`backends.anthropic.wire`: a chat request becomes a Messages request, a Messages
 answer a chat answer). Both take from here what the two formats call by different names:

@@ -3,7 +3,7 @@
 Requests are read leniently, as chat requests are: input items are one model whose
 ``type`` says which fields matter (a message, a ``function_call``, a
 ``function_call_output``), so a client's extra fields never fail and the translation
-(:mod:`gateway.ingress.responses`) names the offending field itself. Answers follow the
+(:mod:`gateway.apis.responses.translation`) names the offending field itself. Answers follow the
 ``Response`` schema of OpenAI's OpenAPI document: required keys always written, ``null``
 where the schema allows it.
 """

@@ -239,9 +239,9 @@ class ResidentBackend(WrapperBackend):
 
     # served only after a load, and the engine has none of them: refused, as by default
     chat_stream_raw = Backend.chat_stream_raw
-    messages = Backend.messages
-    messages_stream = Backend.messages_stream
-    count_message_tokens = Backend.count_message_tokens
+    native = Backend.native
+    native_stream = Backend.native_stream
+    count_native_tokens = Backend.count_native_tokens
 
     # residency ------------------------------------------------------------------------
 

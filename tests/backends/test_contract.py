@@ -72,8 +72,8 @@ async def test_an_ability_a_backend_lacks_is_refused_as_the_requests_fault() -> 
     calls = [
         backend.embeddings(EmbeddingRequest(model="m", input="x")),
         backend.count_tokens(CHAT),
-        backend.messages(b"{}"),
-        backend.count_message_tokens(b"{}"),
+        backend.native("messages", b"{}"),
+        backend.count_native_tokens("messages", b"{}"),
     ]
     for call in calls:
         with pytest.raises(NotSupportedError) as caught:
@@ -81,7 +81,10 @@ async def test_an_ability_a_backend_lacks_is_refused_as_the_requests_fault() -> 
         error = caught.value
         assert error.status_code == 400 and error.code == "not_supported"
         assert not error.counts_as_failure and "'plain'" in error.message
-    for start in (lambda: backend.chat_stream_raw(CHAT), lambda: backend.messages_stream(b"{}")):
+    for start in (
+        lambda: backend.chat_stream_raw(CHAT),
+        lambda: backend.native_stream("messages", b"{}"),
+    ):
         with pytest.raises(NotSupportedError):
             start()
 
@@ -99,7 +102,7 @@ def test_a_wrapper_forwards_every_method_of_the_contract() -> None:
         if not name.startswith("_") and name != "not_supported"
         if callable(member) or isinstance(member, property)
     }
-    assert {"health", "chat_stream_raw", "messages", "count_tokens"} <= contract
+    assert {"health", "chat_stream_raw", "native", "count_tokens"} <= contract
     assert contract <= set(vars(WrapperBackend)), contract - set(vars(WrapperBackend))
 
 
@@ -112,14 +115,14 @@ class Recording(Plain):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(count_tokens=True, native_messages=True)
+        return Capabilities(count_tokens=True, native_apis=frozenset({"messages"}))
 
     async def count_tokens(self, request: ChatCompletionRequest) -> int:
         self.calls.append("count_tokens")
         return 7
 
-    async def messages(self, body: bytes, headers: Any = None) -> tuple[bytes, Any]:
-        self.calls.append("messages")
+    async def native(self, api: str, body: bytes, headers: Any = None) -> tuple[bytes, Any]:
+        self.calls.append(f"native {api}")
         return b"{}", None
 
     async def health(self, timeout_s: float) -> bool | None:
@@ -131,11 +134,11 @@ async def test_a_wrapper_keeps_the_abilities_of_what_it_wraps() -> None:
     inner = Recording()
     wrapper = WrapperBackend(inner)
     assert wrapper.name == "plain" and wrapper.inner is inner
-    assert wrapper.capabilities.count_tokens and wrapper.capabilities.native_messages
+    assert wrapper.capabilities.count_tokens and wrapper.capabilities.native_apis
     assert await wrapper.count_tokens(CHAT) == 7
-    assert await wrapper.messages(b"{}") == (b"{}", None)
+    assert await wrapper.native("messages", b"{}") == (b"{}", None)
     assert await wrapper.health(2.0) is None
-    assert inner.calls == ["count_tokens", "messages", "health 2"]
+    assert inner.calls == ["count_tokens", "native messages", "health 2"]
     with pytest.raises(NotSupportedError):
         await wrapper.embeddings(EmbeddingRequest(model="m", input="x"))
 

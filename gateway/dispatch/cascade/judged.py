@@ -94,13 +94,13 @@ class JudgedBackend(WrapperBackend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return replace(self.inner.capabilities, chat_stream_raw=False, native_messages=False)
+        return replace(self.inner.capabilities, chat_stream_raw=False, native_apis=frozenset())
 
     # the pass-through paths would carry the answer past the judge: refused, as by default
     chat_stream_raw = Backend.chat_stream_raw
-    messages = Backend.messages
-    messages_stream = Backend.messages_stream
-    count_message_tokens = Backend.count_message_tokens
+    native = Backend.native
+    native_stream = Backend.native_stream
+    count_native_tokens = Backend.count_native_tokens
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         """The whole answer, judged; its logprobs kept only if the client asked."""

@@ -40,11 +40,11 @@ from typing import Any, Literal, TypeVar
 from backends.base import Price, cost_usd
 from gateway.dispatch.cascade.judged import Judge, JudgedBackend
 from gateway.dispatch.failover.attempts import Candidate
-from gateway.dispatch.failover.rules import Routing
+from gateway.dispatch.failover.rules import Opening, Routing
 from gateway.dispatch.health.live import Attempt
 from gateway.errors import GatewayError
 from gateway.protocol import Usage
-from gateway.protocol.frames import FrameStream
+from gateway.protocol.frames import Stream
 from gateway.telemetry.tracing import current
 from policies import CascadeRule
 
@@ -305,30 +305,26 @@ class Cascade:
 
     async def open(
         self,
-        first_success: FirstSuccess[tuple[bytes, FrameStream]],
-        first_chunk: Callable[[Candidate], Awaitable[tuple[bytes, FrameStream]]],
-    ) -> tuple[Candidate, bytes, FrameStream, Attempt, CascadeReport]:
+        first_success: FirstSuccess[Opening],
+        first_chunk: Callable[[Candidate], Awaitable[Opening]],
+    ) -> tuple[Candidate, Opening, Attempt, CascadeReport]:
         """A stream: judged before anything of it is sent, then served or escalated."""
         report = CascadeReport(self.rule, self.model)
         rest, escalations = self.routing.candidates, 0
         while True:
             lane = _Lane.of(rest, self.rule, escalations < self.rule.max_escalations)
             routing = replace(self.routing, candidates=lane.candidates)
-            chosen, ((first, stream), tracked) = await first_success(routing, first_chunk)
+            chosen, (opening, tracked) = await first_success(routing, first_chunk)
             lane.failed_before(chosen, report)
             judge = lane.judges.get(chosen.settings.name)
             if judge is None:
-                return _unwrapped(chosen), first, stream, tracked, report
-            held = await self._hold(chosen, first, stream, judge, tracked, report)
+                return _unwrapped(chosen), opening, tracked, report
+            stream = opening.stream
+            held = await self._hold(chosen, opening.first, stream, judge, tracked, report)
             if held is not None:
                 frames, ended = held
-                return (
-                    _unwrapped(chosen),
-                    frames[0],
-                    Held(frames[1:], stream, ended),
-                    tracked,
-                    report,
-                )
+                opening.first, opening.stream = frames[0], Held(frames[1:], stream, ended)
+                return _unwrapped(chosen), opening, tracked, report
             if report.steps[-1].outcome == "escalated":
                 escalations += 1
             rest = lane.after(chosen)  # never empty: only a candidate with a later one is judged
@@ -336,12 +332,12 @@ class Cascade:
     async def _hold(
         self,
         chosen: Candidate,
-        first: bytes,
-        stream: FrameStream,
+        first: Any,
+        stream: Stream[Any],
         judge: Judge,
         tracked: Attempt,
         report: CascadeReport,
-    ) -> tuple[list[bytes], bool] | None:
+    ) -> tuple[list[Any], bool] | None:
         """Read the stream until it can be judged; if served, its frames and whether it
         ended; else ``None`` (the stream closed, the step noted)."""
         name, held = chosen.settings.name, [first]
@@ -379,7 +375,7 @@ class Cascade:
 class Held:
     """A judged stream, served: the frames held while judging, then the rest as it comes."""
 
-    def __init__(self, held: list[bytes], rest: FrameStream, ended: bool) -> None:
+    def __init__(self, held: list[Any], rest: Stream[Any], ended: bool) -> None:
         self._held = held
         self._next = 0
         self._rest = rest
@@ -396,7 +392,7 @@ class Held:
     def __aiter__(self) -> Held:
         return self
 
-    async def __anext__(self) -> bytes:
+    async def __anext__(self) -> Any:
         if self._next < len(self._held):
             self._next += 1
             return self._held[self._next - 1]
@@ -408,6 +404,6 @@ class Held:
         await self._rest.aclose()
 
 
-async def _close(stream: FrameStream) -> None:
+async def _close(stream: Stream[Any]) -> None:
     with contextlib.suppress(Exception):
         await stream.aclose()

@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar, get_args, overload
+from typing import Any, Generic, Literal, TypeVar, get_args, overload
 
 from backends.base import Price
 from gateway.admission.limits import DeploymentLimitedError
@@ -46,7 +46,7 @@ from gateway.errors import (
     StreamCutError,
     UpstreamTimeoutError,
 )
-from gateway.protocol.frames import FrameStream
+from gateway.protocol.frames import Chunks, Stream
 from gateway.telemetry.tracing import note_tried
 from policies import Hedge, Ranked, RequestFacts
 
@@ -152,20 +152,36 @@ class Routing:
     for a candidate of another model or a dearer one."""
 
 
+@dataclass
+class Opening:
+    """An attempt's stream once its first piece arrived: ``first``, then ``stream``;
+    ``source``, when the stream is one of chat chunks; ``framed``: its pieces are OpenAI
+    chunk frames (a resume can read them back); ``sending``: what the deployment was sent
+    (:class:`~gateway.dispatch.work.Sending`, when the attempt was planned)."""
+
+    first: Any
+    stream: Stream[Any]
+    source: Chunks | None = None
+    framed: bool = False
+    sending: Any = None
+
+
 @dataclass(frozen=True)
 class OpenedStream:
     """A stream whose first frame has arrived: the failover is over.
 
     Whoever consumes ``rest`` reports the end through ``attempt.finish(tokens)``. ``reason``
     says why this candidate (``b after a: rate_limited; policy: ...``); ``routing`` is the
-    decision, whose other candidates may continue the stream if it fails."""
+    decision, whose other candidates may continue the stream if it fails. ``first`` and
+    ``rest`` are frames, or chat chunks read from ``source``."""
 
     candidate: Candidate
-    first: bytes
-    rest: FrameStream
+    first: Any
+    rest: Stream[Any]
     reason: str
     attempt: Attempt
     routing: Routing
+    source: Chunks | None = None
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,10 @@ price, and lists each resume (where, why, the continuation's own usage) under
 resume point, the access log line says ``resumed`` and ``shunter_resumes_total`` counts
 them. Only when no candidate can continue does the client get the in-band error frame.
 
-Responses and Messages streams are translations of a chat chunk stream
-(:class:`~gateway.ingress.translate.ChunkTranslator`): the translator is handed the
-continuation's chunks in place of the failed ones and writes its events on unchanged.
+Responses and Messages streams are chat chunks (:class:`~gateway.protocol.frames.Chunks`)
+that their API's encoder turns into its events above the stream's survival: the chunk
+stream goes on with the continuation's chunks in place of the failed ones, and the
+encoder writes its events on unchanged.
 """
 
 from __future__ import annotations
@@ -66,13 +67,12 @@ from gateway.dispatch.midstream.splice import (
     read_chunks,
     read_frames,
 )
-from gateway.dispatch.midstream.stall import StallGuard, stall_guard
+from gateway.dispatch.midstream.stall import stall_guard
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,
     StalledError,
 )
-from gateway.ingress.translate import ChunkTranslator
 from gateway.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -83,7 +83,7 @@ from gateway.protocol import (
     CompletionRequest,
     Usage,
 )
-from gateway.protocol.frames import Deadline, Framed, FrameStream
+from gateway.protocol.frames import Chunks, Framed, Stream
 from gateway.telemetry.tracing import attempt_span
 
 log = structlog.get_logger("shunter.dispatch")
@@ -103,8 +103,8 @@ class _Segment:
 class Resume:
     """The continuations of one streamed request; see the module docstring.
 
-    ``sent`` is where the request path keeps a reference to each frame it writes (chat
-    and completions; ``None`` for a translated stream, whose translator keeps its chunks).
+    ``sent`` is where the surviving stream keeps a reference to each frame it passes on
+    (chat and completions; ``None`` for a stream of chunks, which keeps its own).
     """
 
     def __init__(
@@ -114,7 +114,7 @@ class Resume:
         request: ChatCompletionRequest | CompletionRequest,
         admit: Admit | None,
         facts: dict[str, Any],
-        translator: ChunkTranslator | None,
+        chunks: Chunks | None,
         resumes: int,
     ) -> None:
         self._refusals = refusals
@@ -122,9 +122,9 @@ class Resume:
         self._request = request
         self._admit = admit
         self._facts = facts
-        self._translator = translator
+        self._chunks = chunks
         self._left = resumes
-        self.sent: list[bytes] | None = None if translator is not None else [opened.first]
+        self.sent: list[bytes] | None = None if chunks is not None else [opened.first]
         self._current = opened.candidate
         routing = opened.routing
         # candidates the request already left before its first byte are not asked again
@@ -148,27 +148,25 @@ class Resume:
         request: ChatCompletionRequest | CompletionRequest,
         admit: Admit | None,
         facts: dict[str, Any],
+        chunks: Chunks | None,
         framed: bool,
     ) -> Resume | None:
         """The resumes (at most ``resumes``) of a stream just opened, or ``None`` when its
-        route has them off (0), has no other candidate, or its frames cannot be read back
-        (a pass-through of another API's events)."""
-        translator = chunk_translator(opened.rest)
-        if (
-            resumes <= 0
-            or len(opened.routing.candidates) < 2
-            or (translator is None and not framed)
-        ):
-            if translator is not None:
-                translator.delivered = None  # nothing will read them back
+        route has them off (0), has no other candidate, or what it delivered cannot be read
+        back (a pass-through of another API's events, a hosted tool loop). ``chunks``: the
+        stream's source, when it is one of chat chunks; ``framed``: its frames are OpenAI
+        chunks."""
+        if resumes <= 0 or len(opened.routing.candidates) < 2 or (chunks is None and not framed):
+            if chunks is not None:
+                chunks.delivered = None  # nothing will read them back
             return None
-        return cls(refusals, opened, request, admit, facts, translator, resumes)
+        return cls(refusals, opened, request, admit, facts, chunks, resumes)
 
     # --- after a failure -----------------------------------------------------------------
 
     async def after(
-        self, failure: Exception, stream: FrameStream, attempt: Attempt
-    ) -> tuple[FrameStream, Attempt] | None:
+        self, failure: Exception, stream: Stream[Any], attempt: Attempt
+    ) -> tuple[Stream[Any], Attempt] | None:
         """The stream that continues the answer ``stream`` (tracked by ``attempt``) failed
         to finish, with its own attempt; ``None`` when nothing can (the caller then ends it
         with the in-band error)."""
@@ -226,8 +224,8 @@ class Resume:
         )
 
     def _delivered(self) -> Delivered:
-        if self._translator is not None:
-            return read_chunks(self._translator.delivered or ())
+        if self._chunks is not None:
+            return read_chunks(self._chunks.delivered or ())
         return read_frames(self.sent or ())
 
     def _count(self, failed: Candidate, cause: str, outcome: str) -> None:
@@ -327,7 +325,7 @@ class Resume:
         form: Form,
         delivered: Delivered,
         chunks: tuple[Chunk, AsyncIterator[Chunk]],
-    ) -> FrameStream:
+    ) -> Stream[Any]:
         candidate = self._current
         name = candidate.settings.name
         record = {
@@ -350,10 +348,10 @@ class Resume:
         close = self._closer(record, form, delivered)
         splice = Splice(delivered, close, trim, deadline, name)
         spliced = splice.chunks(*chunks)
-        stream: FrameStream
-        if self._translator is not None:
-            self._translator.resume_with(spliced)  # type: ignore[arg-type]
-            stream = self._translator
+        stream: Stream[Any]
+        if self._chunks is not None:
+            self._chunks.resume_with(spliced)  # type: ignore[arg-type]
+            stream = self._chunks
         else:
             stream = Framed(spliced)
         return stall_guard(stream, candidate)
@@ -402,13 +400,6 @@ class Resume:
                 **fields, choices=[ChunkChoice(delta=ChoiceDelta(), finish_reason="length")]
             )
         return last, _nothing()
-
-
-def chunk_translator(stream: FrameStream) -> ChunkTranslator | None:
-    """The translator under ``stream`` (a Responses or Messages stream), if it is one."""
-    while isinstance(stream, Deadline | StallGuard):
-        stream = stream.inner
-    return stream if isinstance(stream, ChunkTranslator) else None
 
 
 def _cause(failure: Exception) -> str:

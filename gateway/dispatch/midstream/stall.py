@@ -9,16 +9,16 @@ from typing import Any
 
 from gateway.dispatch.failover.attempts import Candidate
 from gateway.errors import StalledError
-from gateway.protocol.frames import FrameStream, Wrapped
+from gateway.protocol.frames import Stream, Wrapped
 
 
 class StallGuard(Wrapped):
-    """A frame stream that fails with :class:`~gateway.errors.StalledError` when its next
+    """A stream that fails with :class:`~gateway.errors.StalledError` when its next
     frame takes longer than ``stall_s``. Only the wait for the upstream counts, not the
     time the client takes to read; one timer per stream, re-armed lazily (no per-frame
     timer), cancels the wait as ``asyncio.timeout`` would."""
 
-    def __init__(self, inner: FrameStream, stall_s: float, deployment: str) -> None:
+    def __init__(self, inner: Stream[Any], stall_s: float, deployment: str) -> None:
         self._inner = inner
         self._stall_s = stall_s
         self._deployment = deployment
@@ -32,7 +32,7 @@ class StallGuard(Wrapped):
     def __aiter__(self) -> StallGuard:
         return self
 
-    async def __anext__(self) -> bytes:
+    async def __anext__(self) -> Any:
         loop = self._loop
         self._since = loop.time()
         if self._timer is None:
@@ -70,7 +70,7 @@ class StallGuard(Wrapped):
         self._timer = self._loop.call_later(wait, self._check)
 
 
-def stall_guard(stream: FrameStream, candidate: Candidate) -> FrameStream:
+def stall_guard(stream: Stream[Any], candidate: Candidate) -> Stream[Any]:
     """``stream`` under its deployment's ``stall_s`` (itself when it has none)."""
     stall_s = candidate.settings.timeouts.stall_s
     if stall_s is None:

@@ -24,6 +24,7 @@ from gateway.dispatch.health.live import DeploymentTracker
 from gateway.planner import ModelSize
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from gateway.protocol.prefix import describe_prefix
+from gateway.protocol.repeats import repeated_tool_call
 from policies import Candidate as PolicyCandidate
 from policies import CandidateFacts, Capabilities, FitClass, Pool, Pricing, RequestFacts
 
@@ -298,20 +299,38 @@ def describe_request(
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         text = "".join(prompts)
         return RequestFacts(
-            prompt_tokens=_estimate(len(text)),
+            prompt_tokens=_estimate(len(text)) + len(prompts),
             max_tokens=body.max_tokens,
             prefix_key=_prefix_key(text[:512]),
             stream=bool(body.stream),
             request_id=request_id,
+            n=body.n or 1,
         )
-    size = len(body.input) if isinstance(body.input, str) else len(str(body.input))
-    return RequestFacts(prompt_tokens=_estimate(size), max_tokens=0, request_id=request_id)
+    return RequestFacts(
+        prompt_tokens=_embedding_tokens(body.input), max_tokens=0, request_id=request_id
+    )
+
+
+def _embedding_tokens(given: str | list[str] | list[int] | list[list[int]]) -> int:
+    """Text at ~4 characters a token; token-id inputs counted exactly."""
+    if isinstance(given, str):
+        return _estimate(len(given))
+    tokens = 0
+    for item in given:
+        if isinstance(item, str):
+            tokens += _estimate(len(item))
+        else:
+            tokens += len(item) if isinstance(item, list) else 1
+    return tokens
 
 
 def _chat_facts(
     body: ChatCompletionRequest, request_id: str, session_id: str | None
 ) -> RequestFacts:
     text_chars = sum(len(m.text()) for m in body.messages)
+    call_chars = sum(
+        len(c.model_dump_json()) for m in body.messages if m.tool_calls for c in m.tool_calls
+    )
     tool_chars = sum(len(t.model_dump_json()) for t in body.tools or [])
     format_ = body.response_format.type if body.response_format else "text"
     leading = [m for m in body.messages if m.role in ("system", "developer")] or body.messages[:1]
@@ -319,7 +338,7 @@ def _chat_facts(
     chain, shared = describe_prefix(body)
     kinds = body.part_kinds()
     return RequestFacts(
-        prompt_tokens=_estimate(text_chars + tool_chars) + 4 * len(body.messages),
+        prompt_tokens=_estimate(text_chars + call_chars + tool_chars) + 4 * len(body.messages),
         max_tokens=body.output_limit(),
         needs_tools=bool(body.tools) and body.tool_choice != "none",
         needs_json_schema=format_ == "json_schema",
@@ -331,7 +350,14 @@ def _chat_facts(
         prefix_chain=chain,
         prefix_shared=shared,
         session_id=session_id,
+        n=body.n or 1,
+        tool_repeat=_repeat(body),
     )
+
+
+def _repeat(body: ChatCompletionRequest) -> tuple[str, int] | None:
+    repeat = repeated_tool_call(body.messages)
+    return None if repeat is None else (repeat.name, repeat.count)
 
 
 def _estimate(chars: int) -> int:

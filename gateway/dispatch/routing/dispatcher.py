@@ -17,6 +17,7 @@ import functools
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from opentelemetry import trace
@@ -26,7 +27,15 @@ from backends.registry import DeploymentConfig
 from gateway.config import GatewayConfig, ModelRoute
 from gateway.dispatch.cascade.run import Cascade
 from gateway.dispatch.failover.attempts import Candidate, nothing_can_serve, within
-from gateway.dispatch.failover.rules import Admit, Failover, InOrder, OpenedStream, Routing, Trail
+from gateway.dispatch.failover.rules import (
+    Admit,
+    Failover,
+    InOrder,
+    OpenedStream,
+    Opening,
+    Routing,
+    Trail,
+)
 from gateway.dispatch.health.breakers import CircuitBreaker
 from gateway.dispatch.health.fleet import Fleet
 from gateway.dispatch.health.learned import ContextLimits
@@ -35,11 +44,13 @@ from gateway.dispatch.health.probing import Prober
 from gateway.dispatch.midstream.resume import Resume
 from gateway.dispatch.routing.describing import DeploymentDescriber
 from gateway.dispatch.routing.hedging import hedged
+from gateway.dispatch.routing.sending import Sent, Started, answer_once, start_once
 from gateway.dispatch.routing.served import Routed, ServedStream
-from gateway.errors import ModelNotFoundError, StalledError
-from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelList
+from gateway.dispatch.work import Work
+from gateway.errors import GatewayError, ModelNotFoundError, StalledError
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ModelList
 from gateway.protocol.common import Model
-from gateway.protocol.frames import Deadline, FrameStream
+from gateway.protocol.frames import Chunks, Deadline, FrameStream, Stream
 from gateway.residency.placement import plan_deployments
 from gateway.residency.resident import Residency
 from gateway.telemetry.tracing import attempt_span, note_decision
@@ -246,6 +257,31 @@ class Gateway:
         ``live`` is false: the policy does not read them) live figures."""
         return self._describe.pool(self.route(model).candidates, self, live=live)
 
+    async def answer(self, work: Work) -> Routed[Any]:
+        """``work``'s whole answer, with retries and fallback: each attempt sends what the
+        work's plan says the deployment is sent."""
+
+        def attempt(backend: Backend) -> Awaitable[Sent]:
+            return answer_once(work, backend, self.answering_model(backend.name))
+
+        admit = work.admit if work.admits else None
+        routed = await self.call(work.model, attempt, work.operation, admit, work.facts)
+        sent: Sent = routed.value
+        return replace(routed, value=sent.value, sending=sent.sending, usage=sent.usage)
+
+    async def open(self, work: Work) -> ServedStream:
+        """``work``'s stream, opened (see :meth:`open_stream`): in the work's form, each
+        attempt sending what the work's plan says."""
+
+        def start(backend: Backend) -> Started:
+            return start_once(work, backend, self.answering_model(backend.name))
+
+        admit = work.admit if work.admits else None
+        resumable = None if isinstance(work.routed, EmbeddingRequest) else work.routed
+        return await self._open(
+            work.model, start, work.operation, admit, work.facts, resumable, work.notes
+        )
+
     async def call(
         self,
         model: str,
@@ -289,7 +325,22 @@ class Gateway:
         ``resumable`` is the request to continue (chat or completion), ``framed`` says its
         frames are OpenAI chunks that can be read back, ``facts`` takes the log's notes."""
 
-        async def first_chunk(candidate: Candidate) -> tuple[bytes, FrameStream]:
+        def started(backend: Backend) -> Started:
+            return Started(start(backend), framed=framed)
+
+        return await self._open(model, started, operation, admit, request, resumable, facts)
+
+    async def _open(
+        self,
+        model: str,
+        start: Callable[[Backend], Started],
+        operation: str,
+        admit: AdmitDeployment | None,
+        request: RequestFacts | None,
+        resumable: ChatCompletionRequest | CompletionRequest | None,
+        facts: dict[str, Any] | None,
+    ) -> ServedStream:
+        async def first_chunk(candidate: Candidate) -> Opening:
             return await _first_frame(candidate, start)
 
         routing = self.decide(model, request)
@@ -298,25 +349,30 @@ class Gateway:
         rule = self.config.models[model].cascade
         report = None
         if rule is not None:
-            cascade = Cascade(rule, model, routing)
-            chosen, first, rest, tracked, report = await cascade.open(run, first_chunk)
+            chosen, opening, tracked, report = await Cascade(rule, model, routing).open(
+                run, first_chunk
+            )
         elif routing.hedge is not None and len(routing.candidates) > 1:
             lane = functools.partial(run, attempt=first_chunk)
-            chosen, ((first, rest), tracked) = await hedged(routing, routing.hedge, lane)
+            chosen, (opening, tracked) = await hedged(routing, routing.hedge, lane)
         else:
-            chosen, ((first, rest), tracked) = await run(routing, first_chunk)
+            chosen, (opening, tracked) = await run(routing, first_chunk)
         reason = routing.trail.route(chosen.settings.name, routing.reason)
         if report is not None:
             reason = report.route(chosen.settings.name, reason)
-        opened = OpenedStream(chosen, first, rest, reason, tracked, routing)
+        opened = OpenedStream(
+            chosen, opening.first, opening.stream, reason, tracked, routing, opening.source
+        )
         resume = None
         if resumable is not None:
             route = self.config.models[model]
             resumes = route.max_resumes if route.resume and route.fallback else 0
             notes = facts if facts is not None else {}
             refusals = self.fleet.prefill_refusals
-            resume = Resume.begin(resumes, refusals, opened, resumable, checked, notes, framed)
-        return ServedStream(opened, resume, report)
+            resume = Resume.begin(
+                resumes, refusals, opened, resumable, checked, notes, opening.source, opening.framed
+            )
+        return ServedStream(opened, resume, report, opening.sending)
 
     async def _first_success(
         self,
@@ -331,21 +387,26 @@ class Gateway:
         return await self._failover.first_success(routing, attempt, span, admit)
 
 
-async def _first_frame(
-    candidate: Candidate, start: Callable[[Backend], FrameStream]
-) -> tuple[bytes, FrameStream]:
-    """``start`` on ``candidate`` and its first frame, within the deployment's time for it."""
+async def _first_frame(candidate: Candidate, start: Callable[[Backend], Started]) -> Opening:
+    """``start`` on ``candidate`` and its first frame, within the deployment's time for it
+    (a refusal of it named as the client's API names the field)."""
     backend, timeouts = candidate.backend, candidate.settings.timeouts
     first_token_s, total_s = timeouts.first_token_s, timeouts.total_s
-    iterator = start(backend)
+    started = start(backend)
+    source = started.stream
+    iterator: Stream[Any] = source
     if total_s is not None:
         iterator = Deadline(iterator, total_s, backend.name)
     try:
         first = await within(first_token_s, anext(iterator), backend, StalledError)
-        return first, iterator
-    except BaseException:
+    except BaseException as exc:
         await _aclose(iterator)
+        names = started.sending.names if started.sending is not None else None
+        if isinstance(exc, GatewayError) and names is not None:
+            names.rename(exc)
         raise
+    chunks = source if isinstance(source, Chunks) else None
+    return Opening(first, iterator, chunks, started.framed, started.sending)
 
 
 def _by_name(admit: AdmitDeployment | None) -> Admit | None:

@@ -11,13 +11,12 @@ from dataclasses import replace
 import structlog
 
 from gateway.dispatch.failover.attempts import Candidate
-from gateway.dispatch.failover.rules import Routing
+from gateway.dispatch.failover.rules import Opening, Routing
 from gateway.dispatch.health.live import Attempt
 from gateway.errors import GatewayError
-from gateway.protocol.frames import FrameStream
 from policies import Hedge
 
-Opened = tuple[Candidate, tuple[tuple[bytes, FrameStream], Attempt]]
+Opened = tuple[Candidate, tuple[Opening, Attempt]]
 FirstSuccess = Callable[[Routing], Awaitable[Opened]]
 log = structlog.get_logger("shunter.dispatch")
 
@@ -67,6 +66,6 @@ async def _discard(tasks: set[asyncio.Task[Opened]]) -> None:
     """Wait for cancelled racers; a loser that still won its own race gets closed."""
     for task in tasks:
         with contextlib.suppress(BaseException):
-            _, ((_, stream), tracked) = await task
+            _, (opening, tracked) = await task
             tracked.finish(None)
-            await stream.aclose()
+            await opening.stream.aclose()

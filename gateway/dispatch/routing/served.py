@@ -12,8 +12,11 @@ could continue (:mod:`~gateway.dispatch.midstream.surviving`).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+import structlog
 
 from backends.base import Backend, Price, usage_cost
 from gateway.dispatch.cascade.run import Bill, CascadeReport
@@ -22,10 +25,13 @@ from gateway.dispatch.failover.rules import OpenedStream
 from gateway.dispatch.midstream.resume import Resume
 from gateway.dispatch.midstream.stall import stall_guard
 from gateway.dispatch.midstream.surviving import Surviving
+from gateway.dispatch.work import Sending
+from gateway.errors import GatewayError
 from gateway.protocol import Usage
-from gateway.protocol.frames import FrameStream
+from gateway.protocol.frames import Stream
 
 T = TypeVar("T")
+log = structlog.get_logger("shunter.dispatch")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class Routed(Generic[T]):
     value: T
     reason: str
     cascade: CascadeReport | None = None
+    sending: Sending | None = None
+    """What the deployment was sent (for a :class:`~gateway.dispatch.work.Work`)."""
+    usage: Usage | None = None
+    """What the answer is billed with (for a :class:`~gateway.dispatch.work.Work`)."""
 
     @property
     def deployment(self) -> str:
@@ -64,17 +74,42 @@ class ServedStream:
     to the live figures and gives the bill."""
 
     def __init__(
-        self, opened: OpenedStream, resume: Resume | None, cascade: CascadeReport | None = None
+        self,
+        opened: OpenedStream,
+        resume: Resume | None,
+        cascade: CascadeReport | None = None,
+        sending: Sending | None = None,
     ) -> None:
         self.candidate = opened.candidate
-        self.first = opened.first
+        self.first: Any = opened.first
         self.reason = opened.reason
         self.cascade = cascade
+        self.sending = sending
+        """What the deployment that opened it was sent (for a
+        :class:`~gateway.dispatch.work.Work`)."""
+        self.failure: GatewayError | None = None
+        """The failure nothing could continue, once the stream ended with it."""
         self._resume = resume
         guarded = stall_guard(opened.rest, opened.candidate)
         self._surviving = None if resume is None else Surviving(guarded, resume, opened.attempt)
-        self.rest: FrameStream = guarded if self._surviving is None else self._surviving
+        self.rest: Stream[Any] = guarded if self._surviving is None else self._surviving
         self._attempt = opened.attempt
+
+    async def pieces(self) -> AsyncIterator[Any]:
+        """``first``, then the rest as it comes. The failure nothing could continue is
+        kept in :attr:`failure` and raised on, as a :class:`GatewayError` (an unexpected
+        one is logged first), for the encoder to write as its API's in-band error."""
+        try:
+            yield self.first
+            async for piece in self.rest:
+                yield piece
+        except GatewayError as exc:
+            self.failure = exc
+            raise
+        except Exception as exc:
+            log.exception("stream_failed", deployment=self.deployment)
+            self.failure = GatewayError("The stream failed on the server; it is incomplete.")
+            raise self.failure from exc
 
     @property
     def backend(self) -> Backend:

@@ -9,12 +9,12 @@ from backends.base import Price
 from gateway.admission.admit import Admission, RequestFacts
 from gateway.admission.keys import KeyInfo, KeyRing, KeySessionLimits
 from gateway.admission.limits import Budgets, Limiter
-from gateway.admission.loopguard import ToolRepeat
 from gateway.admission.session_limits import SessionGuard, SessionLimits, SessionStoppedError
 from gateway.admission.sessions import SessionId, session_of
 from gateway.config import ModelRoute, SessionSettings
 from gateway.errors import RateLimitError
 from gateway.protocol import Usage
+from gateway.protocol.repeats import ToolRepeat
 from gateway.state import StateStore
 
 PRICE = Price(input_per_1m=0.0, output_per_1m=1000.0)  # $0.001 an output token

@@ -16,11 +16,11 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from backends.http import h1
+from gateway.apis.responses.translation import ResponsesCall
 from gateway.config import parse_config
 from gateway.dispatch import Gateway
 from gateway.dispatch.midstream.resume import Resume
 from gateway.http.app import AppSettings, create_app
-from gateway.ingress.responses import ResponsesCall
 from tests.fixtures.collector import alive, collector_off
 from tests.fixtures.fault_upstream import CHUNKS, FaultUpstream
 

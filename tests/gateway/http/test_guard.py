@@ -10,7 +10,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from gateway.http.guard import loopback_host, loopback_origin
+from gateway.common.origins import loopback_host, loopback_origin
 from tests.conftest import Server, start_server, stop_server
 
 MASTER = "sk-guard-test-master"

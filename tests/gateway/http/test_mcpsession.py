@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.http.mcpsession import SESSION_TTL_S, McpSessions
+from gateway.apis.mcp.sessions import SESSION_TTL_S, McpSessions
 from gateway.state.memory import MemoryStateStore
 
 

@@ -8,19 +8,18 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from litestar.types import Scope
 
-from gateway.admission.loopguard import repeated_tool_call
-from gateway.admission.sessions import SessionId, session_of
-from gateway.http.intake import session_header
-from gateway.http.messages import MessagesEndpoint
-from gateway.http.responses import RESPONSES
-from gateway.ingress.messages import MessagesCall
-from gateway.ingress.response_tools import tool_map
-from gateway.ingress.responses import ResponsesCall, to_chat
+from gateway.admission.sessions import SessionId, session_header, session_of
+from gateway.apis.anthropic.codec import session_hint as message_session_hint
+from gateway.apis.anthropic.translation import MessagesCall
+from gateway.apis.responses.codec import read
+from gateway.apis.responses.codec import session_hint as response_session_hint
+from gateway.apis.responses.tools import tool_map
+from gateway.apis.responses.translation import ResponsesCall, to_chat
+from gateway.protocol.repeats import repeated_tool_call
 
 AGENTS = Path(__file__).parents[2] / "fixtures" / "agents"
 KEY = "key_agents"
@@ -33,13 +32,13 @@ def recorded(name: str) -> dict[str, Any]:
 
 def claude_session(request: dict[str, Any], headers: bool = True) -> SessionId | None:
     call = MessagesCall.read(json.dumps(request["body"]).encode(), {})
-    hint = MessagesEndpoint().session_hint(call)
-    header = session_header(scope(request)) if headers else None
+    hint = message_session_hint(call)
+    header = session_header(header_map(request)) if headers else None
     return session_of(KEY, header=header, hint=hint, chat=call.routed())
 
 
 def codex_call(body: dict[str, Any]) -> ResponsesCall:
-    call = RESPONSES.parse(json.dumps(body).encode())
+    call = read(json.dumps(body).encode())
     call.tools = tool_map(call.body.tools, call.body.input, "drop")
     call.chat, call.turn, _ = to_chat(call.body, [], call.tools)
     return call
@@ -47,16 +46,13 @@ def codex_call(body: dict[str, Any]) -> ResponsesCall:
 
 def codex_session(request: dict[str, Any], headers: bool = True) -> SessionId | None:
     call = codex_call(request["body"])
-    header = session_header(scope(request)) if headers else None
-    return session_of(KEY, header=header, hint=RESPONSES.session_hint(call), chat=call.chat)
+    header = session_header(header_map(request)) if headers else None
+    return session_of(KEY, header=header, hint=response_session_hint(call), chat=call.chat)
 
 
-def scope(request: dict[str, Any]) -> Scope:
-    """The ASGI scope's headers of a recorded request."""
-    pairs = [
-        (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request["headers"].items()
-    ]
-    return cast(Scope, {"type": "http", "headers": pairs})
+def header_map(request: dict[str, Any]) -> dict[str, str]:
+    """A recorded request's headers, by lower-case name."""
+    return {k.lower(): v for k, v in request["headers"].items()}
 
 
 @pytest.mark.parametrize(

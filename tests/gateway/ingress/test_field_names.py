@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from gateway.apis.anthropic.translation import translate
+from gateway.apis.responses.tools import tool_map
+from gateway.apis.responses.translation import to_chat
 from gateway.errors import ContextLengthExceededError, InvalidRequestError
-from gateway.ingress.messages import translate
-from gateway.ingress.response_tools import tool_map
-from gateway.ingress.responses import to_chat
 from gateway.protocol.fieldnames import FieldNames
 from gateway.protocol.messages import MessagesRequest
 from gateway.protocol.responses import ResponsesRequest

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from gateway.apis.anthropic.translation import MessagesCall, to_chat
 from gateway.errors import InvalidRequestError
-from gateway.ingress.messages import MessagesCall, to_chat
 from gateway.protocol.messages import MessagesRequest
 from gateway.protocol.messages_codec import reasoning_effort
 

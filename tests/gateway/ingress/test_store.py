@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
+from gateway.apis.responses.store import ResponseStore
 from gateway.errors import NotFoundError
-from gateway.ingress.store import ResponseStore
 from gateway.state import MemoryStateStore, StateStore
 from gateway.state.redis import RedisStateStore
 from tests.redis_server import RedisServer

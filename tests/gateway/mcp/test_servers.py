@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -58,6 +59,13 @@ async def hub(web: HttpToolServer) -> AsyncIterator[McpHub]:
                     # long enough for a loaded machine to list it, short beside the 30 s
                     # its slow tool sleeps
                     "slowpoke": {"url": web.url, "timeout_s": 5, "tools": ["slow"]},
+                    # two slots: one key's share is one of them
+                    "narrow": {
+                        "url": web.url,
+                        "max_concurrency": 2,
+                        "max_result_bytes": 65536,
+                        "tools": ["slow", "echo", "big"],
+                    },
                     "gone": {"url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_s": 5},
                 }
             }
@@ -151,10 +159,46 @@ async def test_a_killed_stdio_server_is_restarted(hub: McpHub) -> None:
 
 
 async def test_upstream_credentials_come_from_the_config(hub: McpHub) -> None:
-    seen = await _seen_headers(hub, "web")
+    await hub.call_tool(EVERYONE, "web", "echo", {"text": "with the token"})
+    # read through another server: what the server saw, scrubbed only of that one's secrets
+    seen = await _seen_headers(hub, "secure")
     assert any(h.get("x-upstream-token") == "upstream-secret" for h in seen)
-    oauth = await _seen_headers(hub, "secure")
-    assert any(h.get("authorization", "").startswith("Bearer tok-") for h in oauth)
+    assert any(h.get("authorization", "").startswith("Bearer tok-") for h in seen)
+
+
+async def test_a_servers_words_never_carry_the_credentials_it_was_sent(hub: McpHub) -> None:
+    """A tool whose error quotes the request's headers, and one whose result lists them:
+    the token configured for that server comes back as ``[redacted]``."""
+    failed = await hub.call_tool(EVERYONE, "web", "leaky", {})
+    said = json.dumps(failed.content)
+    assert failed.is_error and "x-upstream-token" in said
+    assert "upstream-secret" not in said and "[redacted]" in said
+    listed = json.dumps(await _seen_headers(hub, "web"))
+    assert "upstream-secret" not in listed and "[redacted]" in listed
+
+
+async def test_a_result_past_the_servers_bound_fails_the_call(hub: McpHub) -> None:
+    small = await hub.call_tool(EVERYONE, "narrow", "big", {"size": 1000})
+    assert not small.is_error
+    with pytest.raises(ToolServerError) as caught:
+        await hub.call_tool(EVERYONE, "narrow", "big", {"size": 200_000})
+    assert "at most 65536" in caught.value.message
+
+
+async def test_one_keys_calls_leave_another_key_a_slot(hub: McpHub) -> None:
+    """Two slots, one key's share is one: while key A waits on two slow calls, key B's
+    call runs at once instead of waiting behind them."""
+    one = ToolCaller(key_id="key_a")
+    other = ToolCaller(key_id="key_b")
+    slow = [
+        asyncio.create_task(hub.call_tool(one, "narrow", "slow", {"seconds": 3})) for _ in range(2)
+    ]
+    await asyncio.sleep(0.3)  # the first of A's calls holds a slot
+    quick = await hub.call_tool(other, "narrow", "echo", {"text": "not stuck"})
+    assert not quick.is_error
+    pending = [task for task in slow if not task.done()]
+    assert len(pending) == 2  # B finished while both of A's were still under way
+    await asyncio.gather(*slow)
 
 
 async def test_calls_are_accounted(hub: McpHub) -> None:

@@ -314,7 +314,7 @@ async def test_an_unloaded_model_says_what_its_engine_answers() -> None:
         resident = residency.create(settings)
         capabilities = resident.capabilities
         assert capabilities.embeddings is embeds and capabilities.count_tokens
-        assert not capabilities.chat_stream_raw and not capabilities.native_messages
+        assert not capabilities.chat_stream_raw and not capabilities.native_apis
         with pytest.raises(NotSupportedError):
-            await resident.messages(b"{}")
+            await resident.native("messages", b"{}")
         assert resident.stats().loaded is False

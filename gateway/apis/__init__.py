@@ -1,0 +1,1 @@
+"""The client APIs, one package each."""
