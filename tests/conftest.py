@@ -20,6 +20,7 @@ LONGEST_FIRST = (
     "tests/test_wheel.py",
     "tests/policies/test_policy_fast.py",
     "tests/test_readme.py",
+    "tests/gateway/http/test_registry_edge.py",
 )
 """Test files that take minutes each: collected first, so that the test command's
 processes (one file each at a time) start them first rather than end on them."""

@@ -177,7 +177,8 @@ class Conversation(Protocol):
         ...
 
     def error(self, exc: GatewayError) -> Reply:
-        """A refused message, as this API says it on the socket (the socket stays open)."""
+        """A refused message, as this API says it on the socket (the socket stays open),
+        with the status the access line records."""
         ...
 
 

@@ -77,9 +77,10 @@ def create_app(
             if api.services is not None:
                 services.apis[api.name] = api.services(store, config, services)
         spine = _spine(services, config)
+        # the hub first: the hosted tools and /mcp take the hub of the reloaded config
+        gw.on_reload.append(lambda fresh: mcp.apply(fresh.mcp))
         gw.on_reload.append(lambda fresh: _reconfigure(spine, served, fresh, mcp))
         gw.on_reload.append(lambda fresh: tel.configure(frozenset(fresh.models)))
-        gw.on_reload.append(lambda fresh: mcp.apply(fresh.mcp))
         app.state.gateway, app.state.telemetry = gw, tel
         app.state.services, app.state.spine = services, spine
         app.state.status_page = StatusPage()  # its uptime counts from here

@@ -11,7 +11,7 @@ from typing import Any
 
 import structlog
 from litestar import Request, asgi, route
-from litestar.enums import ScopeType
+from litestar.enums import HttpMethod, ScopeType
 from litestar.exceptions import MethodNotAllowedException
 from litestar.handlers import BaseRouteHandler
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -68,7 +68,7 @@ def _route(path: str, api: Api, methods: dict[str, Operation]) -> BaseRouteHandl
     async def with_parameters(request: Request[Any, Any, Any]) -> ASGIApp:
         return serve_path
 
-    verbs = sorted({*methods, "OPTIONS"})
+    verbs = [HttpMethod(method) for method in sorted({*methods, "OPTIONS"})]
     return route(path, http_method=verbs, opt=opt, name=name, status_code=200)(with_parameters)
 
 

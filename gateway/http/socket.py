@@ -124,8 +124,9 @@ async def _message(
             raise _too_large(operation.max_body)
         await _answer(send, conversation, exchange)
     except GatewayError as exc:
-        status = exc.status_code
-        await _write(send, conversation.error(exc))
+        refused = conversation.error(exc)
+        status = refused.status if refused.status != 200 else exc.status_code
+        await _write(send, refused)
     finally:
         duration = time.perf_counter() - started
         record_request(

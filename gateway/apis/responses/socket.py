@@ -91,7 +91,7 @@ class ResponsesSocket:
         if status == 400:
             error["type"] = "invalid_request_error"
         said = orjson.dumps({"type": "error", "status": status, "error": error})
-        return Reply(self._laned(said))
+        return Reply(self._laned(said), status=status)
 
     async def _prepared_only(self, call: ResponsesCall) -> list[bytes]:
         """``generate: false``: the response is created and completed with no output."""

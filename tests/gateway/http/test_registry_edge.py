@@ -6,6 +6,7 @@ operation added without a sample request here fails this test."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -18,7 +19,9 @@ import pytest
 import websockets.sync.client
 from websockets.exceptions import InvalidStatus
 
+from gateway.admission.keys import KeyRing
 from gateway.apis.registry import apis
+from gateway.state.redis import RedisStateStore
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.mcp_servers import HttpToolServer, http_tool_server
 from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
@@ -171,11 +174,27 @@ def test_no_key_is_refused_in_the_apis_shape(keyed: Server, case: Case) -> None:
     assert answer.headers.get("www-authenticate") == "Bearer"
 
 
+@pytest.fixture(scope="module")
+def one_a_minute(redis_server: RedisServer) -> dict[str, str]:
+    """A key allowed one request a minute, per case (and per socket), made at once."""
+
+    async def create() -> dict[str, str]:
+        store = RedisStateStore.from_url(redis_server.url, prefix="shunter")
+        try:
+            ring = KeyRing(store)
+            names = [case.id for case in CASES] + [f"socket:{path}" for _, path in SOCKETS]
+            return {name: (await ring.create(f"rpm-{name}", rpm=1))[0] for name in names}
+        finally:
+            await store.aclose()
+
+    return asyncio.run(create())
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_key_past_its_request_rate_is_refused_in_the_apis_shape(
-    keyed: Server, redis_server: RedisServer, case: Case
+    keyed: Server, one_a_minute: dict[str, str], case: Case
 ) -> None:
-    key = redis_server.create_key("--name", f"rpm-{case.id}", "--rpm", "1")
+    key = one_a_minute[case.id]
     _send(keyed, case, key)
     answer = _send(keyed, case, key)
     assert answer.status_code == 429, answer.text
@@ -246,7 +265,7 @@ def _error(socket: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("api", "path"), SOCKETS)
 def test_a_socket_gets_the_same_refusals(
-    keyed: Server, open_mode: Server, redis_server: RedisServer, api: str, path: str
+    keyed: Server, open_mode: Server, one_a_minute: dict[str, str], api: str, path: str
 ) -> None:
     with pytest.raises(InvalidStatus) as nobody:
         _ws(keyed, path, None)
@@ -254,7 +273,7 @@ def test_a_socket_gets_the_same_refusals(
     with pytest.raises(InvalidStatus) as page:
         _ws(open_mode, path, None, origin="https://evil.example")
     assert page.value.response.status_code == 403
-    limited = redis_server.create_key("--name", f"rpm-socket-{api}", "--rpm", "1")
+    limited = one_a_minute[f"socket:{path}"]
     create = {"type": "response.create", **SAMPLES["responses"]}
     with _ws(keyed, path, limited) as socket:
         socket.send(json.dumps(create))

@@ -19,7 +19,7 @@ from openai import OpenAI
 
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
-from tests.gateway.http.test_schema_responses import (
+from tests.gateway.apis.responses.test_schema import (
     event_violations,
     events,
     response_violations,

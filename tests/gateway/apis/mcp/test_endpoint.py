@@ -83,6 +83,8 @@ def _config(web: HttpToolServer, upstream: str) -> str:
                         "headers": {"X-Upstream-Token": "${MCP_UPSTREAM_TOKEN}"},
                     },
                     "slowpoke": {"url": web.url, "timeout_s": 1, "tools": ["slow"]},
+                    # the same server without a credential: reads what "web" sent it
+                    "mirror": {"url": web.url, "tools": ["seen_headers"]},
                 }
             },
         }
@@ -136,11 +138,14 @@ async def test_the_upstream_gets_its_credential_and_never_the_gateway_key(
     gateway: Server, keys: dict[str, str]
 ) -> None:
     async with sdk_client(gateway, keys["full"], MODERN) as client:
-        result = await client.call_tool("web__seen_headers", {})
+        echoed = await client.call_tool("web__seen_headers", {})
+        result = await client.call_tool("mirror__seen_headers", {})
     assert result.structured_content is not None
     seen: list[dict[str, str]] = result.structured_content["result"]
     assert any(h.get("x-upstream-token") == UPSTREAM_SECRET for h in seen)
     assert not any(keys["full"] in value for h in seen for value in h.values())
+    # what "web" answers never carries the credential the gateway holds for it
+    assert UPSTREAM_SECRET not in json.dumps(echoed.structured_content)
 
 
 async def test_a_slow_server_times_out_while_another_answers(

@@ -18,7 +18,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.conftest import Server
 from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn, gateway_over
-from tests.gateway.http.test_schema_responses import event_violations
+from tests.gateway.apis.responses.test_schema import event_violations
 
 SCRIPT = [Turn(reasoning="Think.", text="First answer."), Turn(text="Second answer.")]
 
