@@ -1,7 +1,8 @@
 """Shared gateway state: one :class:`StateStore` interface, in-memory and Redis stores.
 
 :class:`StateSettings` says where state lives. With ``redis_url`` every replica (and the
-``shunter keys`` command) shares one Redis; without it the gateway keeps its state in
+``shunter keys`` command) shares one Redis (a Redis Cluster when the URL is
+``redis+cluster://host:port,host:port/0``); without it the gateway keeps its state in
 process memory, which nothing else can see.
 """
 
