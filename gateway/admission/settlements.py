@@ -54,6 +54,7 @@ class Settlements:
         self._clock = clock
         self._kept: list[Unsettled] = []
         self._task: asyncio.Task[None] | None = None
+        self._flushing = asyncio.Lock()
 
     def keep(
         self,
@@ -78,20 +79,23 @@ class Settlements:
         return sum(u.usd for u in self._kept)
 
     async def flush(self) -> None:
-        """Try each kept settlement once, in order; stop at the first the store refuses."""
-        while self._kept:
-            item = self._kept[0]
-            try:
-                await item.write()
-            except StateUnavailable:
-                if self._clock() - item.since < self.give_up_s:
-                    return
-                log.error("spend_not_recorded", what=item.what, scope=item.scope, usd=item.usd)
-            else:
-                late = round(self._clock() - item.since, 3)
-                log.info("spend_recorded", what=item.what, scope=item.scope, late_s=late)
-            if item in self._kept:  # another flush may have taken it meanwhile
-                self._kept.remove(item)
+        """Try each kept settlement once, in order; stop at the first the store refuses.
+        One flush at a time: the retry loop's and a request's would write twice."""
+        if not self._kept:
+            return
+        async with self._flushing:
+            while self._kept:
+                item = self._kept[0]
+                try:
+                    await item.write()
+                except StateUnavailable:
+                    if self._clock() - item.since < self.give_up_s:
+                        return
+                    log.error("spend_not_recorded", what=item.what, scope=item.scope, usd=item.usd)
+                else:
+                    late = round(self._clock() - item.since, 3)
+                    log.info("spend_recorded", what=item.what, scope=item.scope, late_s=late)
+                self._kept.pop(0)
 
     async def _retry(self) -> None:
         while self._kept:

@@ -146,10 +146,11 @@ async def test_a_primary_lost_under_load_loses_nothing_acknowledged(
     _report(load, phases, promoted - killed, len(new_keys), refused)
 
     lost = await _lost(cluster, gateways[0], users, new_keys)
-    assert lost == {}, lost
-    assert not phases["before"] and not phases["after"], phases
     spend = await _spend(cluster, users)
     served = served_by_user(upstream.bodies)
+    _report_books(users, lost, spend, served, gateways)
+    assert lost == {}, lost
+    assert not phases["before"] and not phases["after"], phases
     for user in users:
         if user.fail_open:
             continue
@@ -226,3 +227,31 @@ def _report(
     )
     for phase, errors in phases.items():
         print(f"  errors {phase}: {dict(errors) if errors else 'none'}")
+
+
+def _report_books(
+    users: list[User],
+    lost: dict[str, list[str]],
+    spend: dict[int, tuple[float, float]],
+    served: Counter[int],
+    gateways: list[Server],
+) -> None:
+    stored = sum(len(u.stored) for u in users)
+    turns = sum(u.turns for u in users)
+    print(
+        f"  afterwards: {stored} stored responses, {turns} conversation turns; "
+        f"lost: {lost or 'nothing'}"
+    )
+    for user in users:
+        if not user.fail_open:
+            key, books = spend[user.index]
+            print(
+                f"  key {user.index}: upstream served {served[user.index]} calls = "
+                f"${served[user.index] * UNIT_USD:.3f}; recorded: key ${key:.3f}, "
+                f"session ${books:.3f}"
+            )
+    logs = "".join(g.log() for g in gateways)
+    print(
+        f"  settlements the store missed: {logs.count('spend_not_recorded_yet')}, "
+        f"written later: {logs.count('spend_recorded')}"
+    )
