@@ -102,7 +102,9 @@ compose exec -T gateway shunter keys list | grep -q "name=stack" || fail "the ke
 
 step "observability and the GPU profile"
 .venv/bin/python scripts/stack/check_stack.py scraped
-compose logs otel-collector 2>/dev/null | grep -c "otlp traces" | xargs echo "trace batches the collector stand-in received:"
+batches=$(compose logs otel-collector 2>/dev/null | grep -c "otlp traces" || true)
+[ "$batches" -gt 0 ] || fail "no trace reached the collector over OTLP"
+echo "the collector received $batches trace batches from the gateway over OTLP/HTTP"
 running=$(compose ps --services --filter status=running 2>/dev/null || compose ps --services)
 echo "$running" | grep -qx gateway-gpu && fail "the GPU gateway runs without --profile gpu"
 compose --profile gpu config --services | grep -qx gateway-gpu || fail "no gateway-gpu in --profile gpu"

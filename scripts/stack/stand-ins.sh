@@ -24,17 +24,11 @@ for service in services.values():
 EOF
 }
 
-# the stand-in Dockerfile for an image name, by its repository
+# the stand-in Dockerfile for an image name: the one whose second line names its repository
 recipe() {
-  case "${1%%:*}" in
-    python) echo python ;;
-    redis) echo redis ;;
-    prom/prometheus) echo prometheus ;;
-    grafana/grafana) echo grafana ;;
-    otel/opentelemetry-collector-contrib) echo otelcol ;;
-    busybox) echo busybox ;;
-    *) return 1 ;;
-  esac
+  local found
+  found=$(grep -lx "# stand-in for: ${1%:*}" "$HERE"/*.Dockerfile | head -1)
+  [ -n "$found" ] && basename "$found" .Dockerfile
 }
 
 debian_base() {

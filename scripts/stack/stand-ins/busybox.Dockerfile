@@ -1,4 +1,5 @@
 # Debian 12's busybox-static
+# stand-in for: busybox
 # Stand-in for busybox:*-musl: Debian 12's static busybox at /bin/busybox.
 FROM shunter-stand-in/debian:12
 RUN apt-get update \

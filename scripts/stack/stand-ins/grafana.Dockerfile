@@ -1,4 +1,5 @@
 # NOT Grafana: busybox httpd answering GET /api/health only (Debian 12 has no Grafana)
+# stand-in for: grafana/grafana
 # Stand-in for grafana/grafana: no Grafana exists among Debian 12's packages, so this one
 # only answers the compose healthcheck (GET /api/health) on :3000. Dashboards are not drawn.
 FROM shunter-stand-in/debian:12

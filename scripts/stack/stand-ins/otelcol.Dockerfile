@@ -1,4 +1,5 @@
 # NOT the collector: a Python OTLP/HTTP receiver that counts what it gets (Debian 12 has no collector)
+# stand-in for: otel/opentelemetry-collector-contrib
 # Stand-in for otel/opentelemetry-collector-contrib: no collector exists among Debian 12's
 # packages, so this one only receives OTLP over HTTP on :4318 (any signal, answered 200),
 # prints one line per batch it got, and answers the health_check extension's port :13133

@@ -1,4 +1,5 @@
 # Debian 12's prometheus (2.42)
+# stand-in for: prom/prometheus
 # Stand-in for prom/prometheus: Debian 12's Prometheus (2.42), run as the official image runs
 # it (entrypoint the server, data in /prometheus owned by nobody), with wget for the
 # compose healthcheck.

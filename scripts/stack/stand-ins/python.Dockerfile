@@ -1,4 +1,5 @@
 # Debian 12's python3 (3.11) with venv, as `python`
+# stand-in for: python
 # Stand-in for python:3.11-slim-bookworm: the official image's `python` on the PATH. pip in
 # the images built on it trusts the certificate authorities of the machine that built the
 # stand-in (host-ca-certificates.crt, copied in by stand-ins.sh): a machine whose traffic

@@ -1,4 +1,5 @@
 # Debian 12's redis-server (7.0)
+# stand-in for: redis
 # Stand-in for redis:7.4-alpine: Debian 12's redis-server (7.0). Like the official image, a
 # `redis-server` started without a config file leaves protected mode, so that the other
 # containers of its network can connect; its working directory (where the append-only file
