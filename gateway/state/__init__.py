@@ -51,7 +51,8 @@ def open_store(settings: StateSettings) -> StateStore:
     """The store ``settings`` describe. Redis connects lazily, on first use."""
     if settings.redis_url is None:
         return MemoryStateStore()
-    from gateway.state.redis import RedisStateStore, connect
+    from gateway.state.redis import RedisStateStore
+    from gateway.state.redis_client import connect
 
     client = connect(
         settings.redis_url, cluster=settings.redis_cluster, timeout_s=settings.timeout_s

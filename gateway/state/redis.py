@@ -17,13 +17,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import structlog
-from redis.asyncio import Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
@@ -48,18 +43,14 @@ from gateway.state.base import (
     limit_state,
 )
 from gateway.state.bounded import BOUNDED_DROP, BOUNDED_SET
+from gateway.state.redis_client import Client, connect
 from gateway.state.redis_sessions import RedisSessions
 
 T = TypeVar("T")
-Client = Redis | RedisCluster
-CLUSTER_SUFFIX = "+cluster"
 # how long a settled hold id is remembered, so that a settlement retried within that time
 # (after an outage hid whether the first write landed) is counted once: longer than the
 # gateway retries one (a hold's 15-minute lifetime)
 SETTLED_KEEP_MS = 20 * 60 * 1000
-# redis-py's Cluster client caps each node's pool (100 by default) and raises when it is
-# full, which would read as an outage under load, as a capped single-node pool would
-_UNBOUNDED = 2**31
 log = structlog.get_logger("shunter.state")
 
 _OUTAGE = (
@@ -203,47 +194,6 @@ local v = redis.call('INCRBY', KEYS[1], ARGV[1])
 if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return v
 """
-
-
-def connect(url: str, *, cluster: bool = False, timeout_s: float = 0.5) -> Client:
-    """A redis-py asyncio client with short timeouts and one immediate retry (which also
-    replaces a pooled connection that a restarted server closed). The pool is unbounded:
-    a bounded one fails fast when full, which would read as an outage under load.
-
-    A ``redis+cluster://`` (or ``rediss+cluster://``) URL, or ``cluster``, gives a Redis
-    Cluster client. The URL names one node or several, comma-separated
-    (``redis+cluster://:pw@10.0.0.1:6379,10.0.0.2:6379/0``): the client asks the first that
-    answers for the others, then follows the slots as they move (MOVED, ASK, a replica
-    promoted). Name more than one, so that a process starting while one is down finds
-    the cluster."""
-    url, in_url = cluster_url(url)
-    options: dict[str, Any] = {
-        "socket_timeout": timeout_s,
-        "socket_connect_timeout": timeout_s,
-        "retry": Retry(NoBackoff(), 1),
-    }
-    if not (cluster or in_url):
-        return Redis.from_url(url, **options)
-    parts = urlsplit(url)
-    login, at, hosts = parts.netloc.rpartition("@")
-    first, *others = hosts.split(",")
-    nodes = [ClusterNode(*_host_port(node)) for node in others]
-    url = urlunsplit(parts._replace(netloc=f"{login}{at}{first}"))
-    return RedisCluster.from_url(url, startup_nodes=nodes, max_connections=_UNBOUNDED, **options)
-
-
-def cluster_url(url: str) -> tuple[str, bool]:
-    """``url`` with its ``+cluster`` scheme suffix taken off, and whether it had one."""
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme.lower().endswith(CLUSTER_SUFFIX):
-        return f"{scheme[: -len(CLUSTER_SUFFIX)]}://{rest}", True
-    return url, False
-
-
-def _host_port(node: str) -> tuple[str, int]:
-    """``host:port``, ``[v6]:port``, or a host alone (port 6379)."""
-    parsed = urlsplit(f"//{node}")
-    return parsed.hostname or node, parsed.port or 6379
 
 
 class RedisStateStore(StateStore):

@@ -13,7 +13,8 @@ from gateway.admission.keys import KeyRing
 from gateway.admission.limits import Budgets, Limiter, RateLimit
 from gateway.state import StateSettings, open_store
 from gateway.state.base import SessionCaps
-from gateway.state.redis import RedisStateStore, cluster_url, connect
+from gateway.state.redis import RedisStateStore
+from gateway.state.redis_client import cluster_url, connect
 from tests.conftest import free_port
 from tests.redis_server import RedisServer, start_redis
 
