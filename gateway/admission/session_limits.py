@@ -23,6 +23,7 @@ import structlog
 from gateway.admission.keys import KeyInfo, KeySessionLimits
 from gateway.admission.limits import Grant, Limiter, RateLimit
 from gateway.admission.sessions import SessionId
+from gateway.admission.settlements import Settlements
 from gateway.config import SessionSettings
 from gateway.errors import RateLimitError, ServiceUnavailableError
 from gateway.protocol.repeats import ToolRepeat
@@ -98,6 +99,7 @@ class SessionGuard:
         self.limiter = limiter
         self.settings = settings or SessionSettings()
         self.hold_ttl_s = hold_ttl_s
+        self.settlements = Settlements(give_up_s=hold_ttl_s)
 
     async def admit(
         self,
@@ -146,14 +148,17 @@ class SessionGuard:
         if not ticket.held:
             return
         ticket.held = False
-        idle = ticket.limits.idle_ttl_s
+        scope, idle = ticket.session.scope, ticket.limits.idle_ttl_s
+
+        async def write() -> SessionUse:
+            return await self.store.session_settle(scope, hold_id, cost_usd, used_tokens, idle)
+
         try:
-            await self.store.session_settle(
-                ticket.session.scope, hold_id, cost_usd, used_tokens, idle
-            )
-        except StateUnavailable:
-            # the hold lapses by itself; the spend goes unrecorded, as the log says
-            log.warning("session_spend_not_recorded", scope=ticket.session.scope, usd=cost_usd)
+            await write()
+        except StateUnavailable:  # the hold lapses by itself; the spend is written later
+            self.settlements.keep("session", scope, 0, cost_usd, write)
+        else:
+            await self.settlements.flush()
 
     async def release(self, ticket: SessionTicket, hold_id: str) -> None:
         """Give back everything: the request was refused before any upstream work."""

@@ -90,7 +90,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     revoke.set_defaults(handler=_run(_revoke))
 
     for parser in (create, listing, revoke):
-        parser.add_argument("--redis-url", help=f"default: ${REDIS_URL_ENV}")
+        parser.add_argument(
+            "--redis-url", help=f"default: ${REDIS_URL_ENV} (a Cluster: redis+cluster://...)"
+        )
 
 
 _AsyncAction = Callable[[KeyRing, StateStore, argparse.Namespace], Awaitable[int]]

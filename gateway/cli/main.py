@@ -71,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
         help="debug also shows tracebacks of start-up failures",
     )
     serve.add_argument(
-        "--redis-url", help="shared state (default: $SHUNTER_REDIS_URL, else in-memory)"
+        "--redis-url",
+        help="shared state (default: $SHUNTER_REDIS_URL, else in-memory); a Redis Cluster: "
+        "redis+cluster://host:port,host:port/0",
     )
     serve.add_argument(
         "--drain-timeout",

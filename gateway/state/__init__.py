@@ -1,7 +1,8 @@
 """Shared gateway state: one :class:`StateStore` interface, in-memory and Redis stores.
 
 :class:`StateSettings` says where state lives. With ``redis_url`` every replica (and the
-``shunter keys`` command) shares one Redis; without it the gateway keeps its state in
+``shunter keys`` command) shares one Redis (a Redis Cluster when the URL is
+``redis+cluster://host:port,host:port/0``); without it the gateway keeps its state in
 process memory, which nothing else can see.
 """
 
@@ -50,7 +51,8 @@ def open_store(settings: StateSettings) -> StateStore:
     """The store ``settings`` describe. Redis connects lazily, on first use."""
     if settings.redis_url is None:
         return MemoryStateStore()
-    from gateway.state.redis import RedisStateStore, connect
+    from gateway.state.redis import RedisStateStore
+    from gateway.state.redis_client import connect
 
     client = connect(
         settings.redis_url, cluster=settings.redis_cluster, timeout_s=settings.timeout_s

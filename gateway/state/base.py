@@ -186,7 +186,9 @@ class StateStore(ABC):
 
     @abstractmethod
     async def spend_settle(self, scope: str, window_s: int, hold_id: str, usd: float) -> Spend:
-        """Atomically drop the hold ``hold_id`` and add ``usd`` to the current window."""
+        """Atomically drop the hold ``hold_id`` and add ``usd`` to the current window. A
+        shared store adds it once per ``hold_id``: a settlement written again after an
+        outage hid whether the first write landed is not counted twice."""
 
     # -- sessions ------------------------------------------------------------------------
     @abstractmethod
@@ -209,7 +211,8 @@ class StateStore(ABC):
     async def session_settle(
         self, scope: str, hold_id: str, usd: float, tokens: int, idle_ttl_s: float
     ) -> SessionUse:
-        """Atomically drop the hold ``hold_id`` and add what the request really cost."""
+        """Atomically drop the hold ``hold_id`` and add what the request really cost (once
+        per ``hold_id`` on a shared store, as :meth:`spend_settle`)."""
 
     @abstractmethod
     async def session_stop(

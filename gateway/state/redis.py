@@ -19,10 +19,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
@@ -47,10 +43,14 @@ from gateway.state.base import (
     limit_state,
 )
 from gateway.state.bounded import BOUNDED_DROP, BOUNDED_SET
+from gateway.state.redis_client import Client, connect
 from gateway.state.redis_sessions import RedisSessions
 
 T = TypeVar("T")
-Client = Redis | RedisCluster
+# how long a settled hold id is remembered, so that a settlement retried within that time
+# (after an outage hid whether the first write landed) is counted once: longer than the
+# gateway retries one (a hold's 15-minute lifetime)
+SETTLED_KEEP_MS = 20 * 60 * 1000
 log = structlog.get_logger("shunter.state")
 
 _OUTAGE = (
@@ -61,6 +61,12 @@ _OUTAGE = (
     ReadOnlyError,
     RedisClusterException,
     OSError,
+    # redis-py's Cluster client closes the connections of a node that failed while other
+    # commands still hold them: those fail inside the transport (uvloop: RuntimeError
+    # "handler is closed"; asyncio: AttributeError on the writer it dropped), which is
+    # the same outage
+    RuntimeError,
+    AttributeError,
 )
 
 _NOW_US = """
@@ -123,9 +129,11 @@ return 1
 """
 )
 
-# KEYS: spend hash {start, usd}; holds hash {id: usd}; holds' lapse times (zset, us).
-# ARGV: window_s, usd to add, hold id ('' none), hold usd ('' drops it), hold ttl_ms,
-# budget ('' unchecked). Returns {allowed, spent, window start, held}.
+# KEYS: spend hash {start, usd}; holds hash {id: usd}; holds' lapse times (zset, us);
+# settled hold ids (zset, us). ARGV: window_s, usd to add, hold id ('' none), hold usd
+# ('' drops it: a settlement), hold ttl_ms (a settlement: how long its id is remembered),
+# budget ('' unchecked). Returns {allowed, spent, window start, held}. A settlement whose
+# id was settled already adds nothing: a retried write whose answer was lost counts once.
 SPEND = (
     _NOW_US
     + """
@@ -150,6 +158,11 @@ if ARGV[6] ~= '' and spent + held >= tonumber(ARGV[6]) then return out('0') end
 if id ~= '' and ARGV[4] == '' then
   redis.call('HDEL', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
+  if redis.call('ZSCORE', KEYS[4], id) then return out('1') end
+  local keep = tonumber(ARGV[5])
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - keep * 1000)
+  redis.call('ZADD', KEYS[4], now, id)
+  redis.call('PEXPIRE', KEYS[4], keep)
 elseif id ~= '' then
   redis.call('HSET', KEYS[2], id, ARGV[4])
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]) * 1000, id)
@@ -181,20 +194,6 @@ local v = redis.call('INCRBY', KEYS[1], ARGV[1])
 if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return v
 """
-
-
-def connect(url: str, *, cluster: bool = False, timeout_s: float = 0.5) -> Client:
-    """A redis-py asyncio client with short timeouts and one immediate retry (which also
-    replaces a pooled connection that a restarted server closed). The pool is unbounded:
-    a bounded one fails fast when full, which would read as an outage under load."""
-    options: dict[str, Any] = {
-        "socket_timeout": timeout_s,
-        "socket_connect_timeout": timeout_s,
-        "retry": Retry(NoBackoff(), 1),
-    }
-    if cluster:
-        return RedisCluster.from_url(url, **options)
-    return Redis.from_url(url, **options)
 
 
 class RedisStateStore(StateStore):
@@ -265,7 +264,7 @@ class RedisStateStore(StateStore):
         return await self._spend_call(scope, window_s, hold=hold)
 
     async def spend_settle(self, scope: str, window_s: int, hold_id: str, usd: float) -> Spend:
-        hold = (hold_id, "", "0", "")
+        hold = (hold_id, "", str(SETTLED_KEEP_MS), "")
         return (await self._spend_call(scope, window_s, add=usd, hold=hold)).spend
 
     async def session_hold(
@@ -282,7 +281,7 @@ class RedisStateStore(StateStore):
     async def session_settle(
         self, scope: str, hold_id: str, usd: float, tokens: int, idle_ttl_s: float
     ) -> SessionUse:
-        caps = SessionCaps(idle_ttl_s=idle_ttl_s)
+        caps = SessionCaps(hold_ttl_s=SETTLED_KEEP_MS / 1000, idle_ttl_s=idle_ttl_s)
         return (await self._sessions.call(scope, "settle", (hold_id, usd, tokens, caps, ""))).use
 
     async def session_stop(
@@ -397,7 +396,7 @@ class RedisStateStore(StateStore):
     ) -> Hold:
         """One run of :data:`SPEND`; ``hold`` is (id, usd or '' to drop, ttl_ms, budget)."""
         tag = f"{self._prefix}:{{{check_scope(scope)}}}"
-        keys = [f"{tag}:spend:{window_s}", f"{tag}:holds", f"{tag}:holds:lapse"]
+        keys = [f"{tag}:spend:{window_s}", f"{tag}:holds", f"{tag}:holds:lapse", f"{tag}:settled"]
         args = [str(window_s), repr(add), *hold]
         raw: list[bytes] = await self._run(lambda: self._spend(keys, args))
         start = float(raw[2])

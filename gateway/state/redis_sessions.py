@@ -20,10 +20,12 @@ from gateway.state.base import BUDGET_SLACK_USD, SessionCaps, SessionHold, Sessi
 
 Runner = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
-# KEYS: book hash, holds hash, lapse zset. ARGV: op (hold|settle|stop), hold id, usd,
-# tokens, hold ttl ms, idle ttl ms, budget ('' none), max tokens ('' none), reason, then
-# info field/value pairs. Returns {allowed, reason, usd, tokens, held usd, held tokens,
-# requests, stopped}.
+# KEYS: book hash, holds hash, lapse zset, settled hold ids (zset). ARGV: op
+# (hold|settle|stop), hold id, usd, tokens, hold ttl ms (a settlement: how long its id is
+# remembered), idle ttl ms, budget ('' none), max tokens ('' none), reason, then info
+# field/value pairs. Returns {allowed, reason, usd, tokens, held usd, held tokens,
+# requests, stopped}. A settlement whose id was settled already adds nothing: a retried
+# write whose answer was lost counts once.
 SESSION = f"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -72,8 +74,14 @@ if op == 'hold' then
 elseif op == 'settle' then
   redis.call('HDEL', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
-  spent = tonumber(redis.call('HINCRBYFLOAT', KEYS[1], 'usd', ARGV[3]))
-  used = redis.call('HINCRBY', KEYS[1], 'tokens', tokens)
+  if id == '' or not redis.call('ZSCORE', KEYS[4], id) then
+    spent = tonumber(redis.call('HINCRBYFLOAT', KEYS[1], 'usd', ARGV[3]))
+    used = redis.call('HINCRBY', KEYS[1], 'tokens', tokens)
+  end
+  if id ~= '' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - hold_ttl)
+    redis.call('ZADD', KEYS[4], now, id)
+  end
 else
   redis.call('HSET', KEYS[1], 'stopped', ARGV[9])
 end
@@ -81,6 +89,7 @@ redis.call('PEXPIRE', KEYS[1], idle_ttl)
 local keep = math.max(idle_ttl, hold_ttl)
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], keep) end
 if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], keep) end
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('PEXPIRE', KEYS[4], keep) end
 return {{allowed, reason, string.format('%.17g', spent), tostring(used),
   string.format('%.17g', held_usd), tostring(held_tokens),
   redis.call('HGET', KEYS[1], 'requests') or '0', redis.call('HGET', KEYS[1], 'stopped') or ''}}
@@ -120,7 +129,7 @@ class RedisSessions:
         """One run of :data:`SESSION`; ``args`` is (hold id, usd, tokens, caps, reason)."""
         hold_id, usd, tokens, caps, reason = args
         tag = f"{self._prefix}:{{{check_scope(scope)}}}:session"
-        keys = [tag, f"{tag}:holds", f"{tag}:lapse"]
+        keys = [tag, f"{tag}:holds", f"{tag}:lapse", f"{tag}:settled"]
         argv: list[str] = [
             op,
             hold_id,

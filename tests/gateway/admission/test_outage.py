@@ -15,6 +15,8 @@ from gateway.admission.admit import Admission, RequestFacts
 from gateway.admission.cache import ResponseCache
 from gateway.admission.keys import KeyRing
 from gateway.admission.limits import Budgets, Limiter, LimitExceededError, RateLimit
+from gateway.admission.session_limits import SessionGuard, SessionLimits, SessionTicket
+from gateway.admission.sessions import SessionId
 from gateway.config import CacheRule
 from gateway.errors import ServiceUnavailableError
 from gateway.protocol import ChatCompletion, ChatCompletionRequest, Usage
@@ -105,4 +107,35 @@ async def test_admission_keeps_serving_keys_without_budgets_during_an_outage(
     assert key is not None
     assert await cache.get(key, ChatCompletion) is None
     assert cache.stats.errors == 1
+    await store.aclose()
+
+
+async def test_settlements_the_store_missed_are_written_once_it_is_back(
+    own_redis: RedisServer,
+) -> None:
+    store = RedisStateStore.from_url(own_redis.url, prefix="t", probe_interval_s=PROBE_S)
+    budgets = Budgets(store)
+    budgets.settlements.retry_s = PROBE_S
+    guard = SessionGuard(store, Limiter(store))
+    guard.settlements.retry_s = PROBE_S
+    key = (await KeyRing(store).create("paid", budget_usd=10))[1]
+    secret_scope, window = f"key:{key.id}", key.budget_window_s
+    session = SessionId(key.id, "s", "s", "header")
+    ticket = SessionTicket(session, SessionLimits(budget_usd=5.0, idle_ttl_s=60), held=True)
+    own_redis.stop()
+    with capture_logs() as logs:
+        await budgets.add(secret_scope, window, 0.25, "h1")  # the request ended: settle
+        await guard.settle(ticket, "h1", 18, 0.25)
+        assert budgets.stats.unrecorded_usd == pytest.approx(0.25)
+        own_redis.start()
+        # no further request: the background retry writes both
+        for _ in range(100):
+            if not budgets.settlements.total_usd and not guard.settlements.total_usd:
+                break
+            await asyncio.sleep(PROBE_S)
+    assert (await store.spend_get(secret_scope, window)).usd == pytest.approx(0.25)
+    books = {use.scope: use for use in await store.session_top(10)}
+    assert (books[session.scope].usd, books[session.scope].tokens) == (0.25, 18)
+    recorded = [e["what"] for e in logs if e["event"] == "spend_recorded"]
+    assert sorted(recorded) == ["budget", "session"]
     await store.aclose()

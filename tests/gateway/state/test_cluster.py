@@ -14,6 +14,8 @@ from gateway.admission.limits import Budgets, Limiter, RateLimit
 from gateway.state import StateSettings, open_store
 from gateway.state.base import SessionCaps
 from gateway.state.redis import RedisStateStore
+from gateway.state.redis_client import cluster_url, connect
+from tests.conftest import free_port
 from tests.redis_server import RedisServer, start_redis
 
 
@@ -77,3 +79,25 @@ async def test_every_store_operation_is_single_slot(
         assert store.health.errors == 0
     finally:
         await store.aclose()
+
+
+async def test_a_cluster_url_names_several_nodes_and_any_live_one_will_do(
+    cluster_server: RedisServer,
+) -> None:
+    # the first node named is down (a free port): the client asks the next one
+    dead = free_port()
+    url = f"redis+cluster://127.0.0.1:{dead},127.0.0.1:{cluster_server.port}/0"
+    store = open_store(StateSettings.from_env(redis_url=url))
+    assert isinstance(store, RedisStateStore)
+    try:
+        secret, record = await KeyRing(store).create("multi")
+        assert (await KeyRing(store).authenticate(f"Bearer {secret}", "m")).id == record.id
+        assert store.health.errors == 0
+    finally:
+        await store.aclose()
+
+
+def test_a_plain_url_stays_a_single_node_client() -> None:
+    assert cluster_url("redis://127.0.0.1:6379/0") == ("redis://127.0.0.1:6379/0", False)
+    assert cluster_url("rediss+cluster://:pw@h:7000/0") == ("rediss://:pw@h:7000/0", True)
+    assert isinstance(connect("redis://127.0.0.1:6379/0"), Redis)

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from gateway.state import LimitCheck, MemoryStateStore, StateStore
+from gateway.state.base import SessionCaps
 from gateway.state.redis import RedisStateStore
 
 
@@ -165,3 +166,20 @@ async def test_redis_and_memory_decide_alike(redis_store: RedisStateStore) -> No
         a, b = await memory.reserve("key:a", checks), await redis_store.reserve("key:a", checks)
         assert a.allowed == b.allowed, cost
         assert [s.remaining for s in a.states] == [s.remaining for s in b.states], cost
+
+
+async def test_a_settlement_written_twice_counts_once_on_redis(
+    redis_store: RedisStateStore,
+) -> None:
+    # a settlement retried after an outage hid whether its first write landed
+    held = await redis_store.spend_hold("key:twice", 3600, "h1", 0.5, 60, budget_usd=10)
+    assert held.allowed
+    for _ in range(2):
+        spend = await redis_store.spend_settle("key:twice", 3600, "h1", 0.25)
+    assert (spend.usd, spend.held_usd) == (0.25, 0.0)
+    assert (await redis_store.spend_settle("key:twice", 3600, "h2", 0.25)).usd == 0.5
+    caps = SessionCaps(budget_usd=10)
+    assert (await redis_store.session_hold("session:k:twice", "h1", 0.5, 10, caps)).allowed
+    for _ in range(2):
+        use = await redis_store.session_settle("session:k:twice", "h1", 0.25, 7, 60)
+    assert (use.usd, use.tokens, use.held_usd) == (0.25, 7, 0.0)
