@@ -10,8 +10,14 @@ session, on any worker or replica, cannot together pass a cap (429
 with what the request really used. A session's limits are the key's own where it has
 them, else the config's ``sessions:``.
 
-Budgets and token caps fail closed (503 ``budget_unavailable`` while the store is down);
-a session without them is only tracked, and goes untracked during an outage.
+Only a session with a budget or a token cap keeps books in the store (what it spent, used
+and holds; what the status page lists), for ``idle_ttl_s`` after its last request. A session
+with rate limits only keeps their counters, which lapse within their minute; one with the
+loop guard only keeps nothing until the guard stops it (the stop is recorded, for display);
+one without session limits costs the store nothing. So one-off conversations of keys with
+no session limits leave nothing behind.
+
+Budgets and token caps fail closed (503 ``budget_unavailable`` while the store is down).
 """
 
 from __future__ import annotations
@@ -121,13 +127,12 @@ class SessionGuard:
         label = f"session '{shown(session)}' of key '{key.name}'"
         rate = RateLimit(rpm=limits.rpm, tpm=limits.tpm)
         ticket.grant = await self.limiter.reserve(session.scope, label, rate, cost[1])
+        if not limits.capped:
+            return ticket  # nothing to hold: its books would only take room
         caps = SessionCaps(limits.budget_usd, limits.max_tokens, self.hold_ttl_s, limits.idle_ttl_s)
         try:
             held = await self.store.session_hold(session.scope, hold_id, *cost, caps, info)
         except StateUnavailable as exc:
-            if not limits.capped:
-                log.debug("session_untracked", scope=session.scope)
-                return ticket
             await self._give_back(ticket)
             raise _unavailable(session) from exc
         except BaseException:

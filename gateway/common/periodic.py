@@ -11,11 +11,15 @@ _RECANCEL_S = 0.5
 
 
 class Periodic:
-    """Runs ``step`` every ``interval_s`` seconds, from :meth:`start` until :meth:`stop`."""
+    """Runs ``step`` every ``interval_s`` seconds, from :meth:`start` until :meth:`stop`
+    (``at_once``: the first run right at the start)."""
 
-    def __init__(self, interval_s: float, step: Callable[[], Awaitable[object]]) -> None:
+    def __init__(
+        self, interval_s: float, step: Callable[[], Awaitable[object]], *, at_once: bool = False
+    ) -> None:
         self.interval_s = interval_s
         self._step = step
+        self._at_once = at_once
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -42,6 +46,8 @@ class Periodic:
             task.result()
 
     async def _run(self) -> None:
+        if self._at_once:
+            await self._step()
         while not self._stopping:
             await asyncio.sleep(self.interval_s)
             if self._stopping:

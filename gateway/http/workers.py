@@ -4,8 +4,9 @@ Each worker is a whole gateway (its own event loop, app, backends and config wat
 its own listening socket on the same address (``SO_REUSEPORT``): the kernel spreads new
 connections across the workers, and a worker that exits takes only its own socket's
 queue with it. The workers act as one the way replicas do: keys, rate limits, budgets and
-the response cache live in the shared state store, and breaker state, learned context
-lengths and live latency figures are exchanged through it (:mod:`gateway.dispatch.health.sharing`).
+the response cache live in the shared state store, and breaker state and failure counts,
+learned context lengths and live latency figures are exchanged through it; a worker that
+starts (or starts again) reads them before it serves (:mod:`gateway.dispatch.health.sharing`).
 
 Hence the two refusals (:func:`refusals`): more than one worker needs Redis (an in-memory
 store per process would count every limit N times over), and cannot hold in-process

@@ -32,7 +32,12 @@ class RequestModel(BaseModel):
     Known fields are strict, as the published schemas type them: ``"16"`` is not an
     integer nor ``"yes"`` a boolean (a JSON integer is still a number)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
+    # cache_strings: pydantic-core keeps every short string it parses (values too) in a
+    # process-wide cache of 16,384 entries, which the unique ids and texts of requests
+    # fill at about 80 bytes a request, to 1-2 MB a process; keys repeat, values do not
+    model_config = ConfigDict(
+        extra="allow", populate_by_name=True, strict=True, cache_strings="keys"
+    )
     # unknown fields are any JSON, nested no deeper than pydantic's JSON parser reads
     # (a body of any size: the large-body decoder itself reads deeper)
     __pydantic_extra__: dict[str, JsonValue] = Field(init=False)
@@ -47,7 +52,7 @@ def missing(model: str, field: str, value: object) -> ValidationError:
 
 
 class ResponseModel(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", cache_strings="keys")  # as RequestModel's
 
 
 def new_id(prefix: str) -> str:

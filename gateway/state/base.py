@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 
@@ -274,6 +274,23 @@ class StateStore(ABC):
     @abstractmethod
     async def shared_size(self, key: str) -> int:
         """The size in bytes of a shared value (0 when absent), read without the value."""
+
+    @abstractmethod
+    async def shared_run(self, key: str, at: float, since: float, ttl_s: float) -> int:
+        """Count one event at ``at`` in the shared run ``key`` and return the run's length.
+        The run starts again (this event its first) when ``since`` is later than its last
+        event: what ends a run of failures is a success after them. The run is forgotten
+        ``ttl_s`` after its last event; :meth:`shared_get` reads it as ``"<length> <last>"``."""
+
+    @abstractmethod
+    async def shared_publish(self, channel: str, message: str) -> None:
+        """Send ``message`` to every process listening on ``channel`` now (none: lost)."""
+
+    @abstractmethod
+    def shared_listen(self, channel: str) -> AsyncIterator[str]:
+        """The messages published on ``channel`` from now on, until the caller stops
+        iterating; raises :class:`StateUnavailable` when the store cannot be reached (the
+        caller listens again later, and what was sent meanwhile is lost)."""
 
     # -- shared values under one byte bound (stored responses) --------------------------
     @abstractmethod

@@ -8,9 +8,10 @@ keeps at most ``max_cache_entries`` (oldest evicted first).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gateway.state.base import (
@@ -78,6 +79,7 @@ class MemoryStateStore(StateStore):
         self._cache: OrderedDict[str, _Expiring] = OrderedDict()
         self._shared: dict[str, _Expiring] = {}
         self._groups: dict[str, _Group] = {}
+        self._listeners: dict[str, set[asyncio.Queue[str]]] = {}
         self._writes = 0
         self._sessions = MemorySessions(clock, max_sessions)
 
@@ -239,6 +241,30 @@ class MemoryStateStore(StateStore):
         entry = self._live_shared(key)
         return 0 if entry is None else len(str(entry.value).encode())
 
+    async def shared_run(self, key: str, at: float, since: float, ttl_s: float) -> int:
+        entry = self._live_shared(key)
+        length, last = _run(None if entry is None else str(entry.value))
+        length = 1 if since > last else length + 1
+        self._shared[key] = _Expiring(f"{length} {at!r}", self._clock() + ttl_s)
+        self._wrote()
+        return length
+
+    async def shared_publish(self, channel: str, message: str) -> None:
+        for queue in self._listeners.get(channel, ()):
+            queue.put_nowait(message)
+
+    async def shared_listen(self, channel: str) -> AsyncIterator[str]:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        listeners = self._listeners.setdefault(channel, set())
+        listeners.add(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            listeners.discard(queue)
+            if not listeners:
+                del self._listeners[channel]
+
     async def bounded_set(
         self, group: str, key: str, value: str, ttl_s: float, max_bytes: int
     ) -> bool:
@@ -301,6 +327,14 @@ class MemoryStateStore(StateStore):
             self._live_holds(scope, now)
         for key in [k for k, e in self._cache.items() if e.expires_at <= now]:
             del self._cache[key]
+
+
+def _run(raw: str | None) -> tuple[int, float]:
+    """A shared run's length and last event (none: ``0, -inf``)."""
+    if raw is None:
+        return 0, -float("inf")
+    length, last = raw.split(" ")
+    return int(length), float(last)
 
 
 def _spend_key(scope: str, window_s: int) -> str:

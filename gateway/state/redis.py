@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
@@ -45,6 +45,7 @@ from gateway.state.base import (
 from gateway.state.bounded import BOUNDED_DROP, BOUNDED_SET
 from gateway.state.redis_client import Client, connect
 from gateway.state.redis_sessions import RedisSessions
+from gateway.state.redis_shared import SHARED_INCR, SHARED_RUN, listen
 
 T = TypeVar("T")
 # how long a settled hold id is remembered, so that a settlement retried within that time
@@ -189,12 +190,6 @@ redis.call('SADD', KEYS[3], ARGV[3])
 return 1
 """
 
-SHARED_INCR = """
-local v = redis.call('INCRBY', KEYS[1], ARGV[1])
-if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return v
-"""
-
 
 class RedisStateStore(StateStore):
     """A :class:`StateStore` on Redis. ``prefix`` namespaces every key (tests use it)."""
@@ -219,6 +214,7 @@ class RedisStateStore(StateStore):
         self._spend = client.register_script(SPEND)
         self._key_put = client.register_script(KEY_PUT)
         self._incr = client.register_script(SHARED_INCR)
+        self._run_script = client.register_script(SHARED_RUN)
         self._sessions = RedisSessions(client, prefix, self._run)
         self._bounded_set = client.register_script(BOUNDED_SET)
         self._bounded_drop = client.register_script(BOUNDED_DROP)
@@ -348,6 +344,17 @@ class RedisStateStore(StateStore):
     async def shared_size(self, key: str) -> int:
         return int(await self._run(lambda: self._client.strlen(self._shared_key(key))))
 
+    async def shared_run(self, key: str, at: float, since: float, ttl_s: float) -> int:
+        keys = [self._shared_key(key)]
+        args: list[str | int] = [repr(at), repr(since), max(1, round(ttl_s * 1000))]
+        return int(await self._run(lambda: self._run_script(keys, args)))
+
+    async def shared_publish(self, channel: str, message: str) -> None:
+        await self._run(lambda: self._client.publish(self._channel(channel), message))
+
+    def shared_listen(self, channel: str) -> AsyncIterator[str]:
+        return listen(self._client, self._channel(channel), self._run)
+
     async def bounded_set(
         self, group: str, key: str, value: str, ttl_s: float, max_bytes: int
     ) -> bool:
@@ -450,6 +457,9 @@ class RedisStateStore(StateStore):
 
     def _shared_key(self, key: str) -> str:
         return f"{self._prefix}:shared:{key}"
+
+    def _channel(self, channel: str) -> str:
+        return f"{self._prefix}:notices:{channel}"
 
     def _group_keys(self, group: str) -> list[str]:
         tag = f"{self._prefix}:{{bounded:{check_scope(group)}}}"

@@ -58,9 +58,9 @@ async def attempt_once(
         recorded = True
         return result, tracked
     except StopAsyncIteration as exc:
-        breaker.record_failure()
-        tracked.finish(None, failed=True)
         recorded = True
+        tracked.finish(None, failed=True)
+        await breaker.fail()
         raise StreamCutError(f"deployment {backend.name!r} returned an empty stream") from exc
     except GatewayError as exc:
         recorded = True
@@ -68,8 +68,8 @@ async def attempt_once(
             breaker.record_success()  # it answered; the request was at fault
             tracked.finish(None)
             raise
-        breaker.record_failure()
         tracked.finish(None, failed=True)
+        await breaker.fail()
         log.warning(
             "deployment_failed", deployment=backend.name, error=exc.message, breaker=breaker.state
         )

@@ -5,8 +5,10 @@ timeouts, cut streams, 429/5xx from upstream: never a 4xx caused by the request)
 open for a cooldown: ``cooldown_s`` the first time, doubled on each re-opening, capped at
 ``max_cooldown_s``. Then it is half-open: one request may try (the trial); success closes it
 and resets the cooldown, failure opens it again. Where several processes share breakers
-(workers, replicas), one trial serves them all: the process that takes the shared trial
-lets it through, the others stay open until its outcome reaches them. While it is open, a
+(workers, replicas; :attr:`CircuitBreaker.peers`), the failures in a row are counted
+across them all, an opening reaches the others at once, and one trial serves them all:
+the process that takes the shared trial lets it through, the others stay open until its
+outcome reaches them. While it is open, a
 background health probe (:mod:`gateway.dispatch.health.probing`) that succeeds makes it
 half-open at once, so a recovered deployment is tried again without waiting for the
 cooldown; one that fails
@@ -29,9 +31,9 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from gateway.config import ReliabilitySettings
 
@@ -39,6 +41,25 @@ BreakerState = Literal["closed", "open", "half_open"]
 BREAKER_STATES: tuple[BreakerState, ...] = ("closed", "open", "half_open")
 ATTEMPT_WINDOW_S = 1.0
 """One request makes at most two attempts on one deployment within this many seconds."""
+
+
+class BreakerPeers(Protocol):
+    """The other processes (workers, replicas) that share one deployment's breaker; set by
+    :mod:`gateway.dispatch.health.sharing`. None of these raises for an unreachable store:
+    the breaker then acts alone, as a single process does."""
+
+    async def take_trial(self) -> bool:
+        """Whether this process lets the shared half-open trial through."""
+        ...
+
+    async def count_failure(self) -> int | None:
+        """Add a failure to the run the processes count together; the run's length (``None``:
+        not known now)."""
+        ...
+
+    async def opened(self) -> None:
+        """This breaker has just opened: tell the others now."""
+        ...
 
 
 @dataclass
@@ -61,9 +82,10 @@ class CircuitBreaker:
     last_failure_at: float | None = None
     fallbacks: Counter[str] = field(default_factory=Counter)
     probes: Counter[str] = field(default_factory=Counter)
-    trial_gate: Callable[[], Awaitable[bool]] | None = field(default=None, repr=False)
-    """Asked before a half-open trial where processes share one (set by
-    :mod:`gateway.dispatch.health.sharing`): whether this process takes it."""
+    peers: BreakerPeers | None = field(default=None, repr=False)
+    """The processes this breaker is shared with (``None``: this process alone)."""
+    succeeded_at: float | None = None
+    """The last success (a clock reading), which ends the run of failures the processes share."""
     waiting_since: float | None = None
     """Since when another process holds the trial this breaker waits on (``None``: none)."""
     _probing: bool = field(default=False, repr=False)
@@ -85,15 +107,15 @@ class CircuitBreaker:
         return True
 
     async def admit(self) -> bool:
-        """:meth:`allow`, with the half-open trial shared: given a :attr:`trial_gate`, only
-        the process it picks lets the trial through; here the breaker stays open for
+        """:meth:`allow`, with the half-open trial shared: given :attr:`peers`, only the
+        process that takes the trial lets it through; here the breaker stays open for
         another cooldown, waiting on that trial's outcome (a pass closes it, a failure's
         longer opening is adopted)."""
-        if self.trial_gate is None or self.state != "half_open" or self._probing:
+        if self.peers is None or self.state != "half_open" or self._probing:
             return self.allow()
-        self._probing = True  # no second trial here while the gate answers
+        self._probing = True  # no second trial here while the peers answer
         try:
-            taken = await self.trial_gate()
+            taken = await self.peers.take_trial()
         except BaseException:
             self._probing = False
             raise
@@ -114,8 +136,9 @@ class CircuitBreaker:
         return max(0.0, self.open_until - self.clock())
 
     def record_success(self) -> None:
+        self.succeeded_at = self.clock()
         if self.openings:
-            self.closed_at = self.clock()
+            self.closed_at = self.succeeded_at
         self.failures, self.openings, self._probing = 0, 0, False
         self.waiting_since = None
 
@@ -151,10 +174,38 @@ class CircuitBreaker:
         self._probing = False
         self.waiting_since = None
         if self.failures >= self.failure_threshold:
-            cooldown = min(self.cooldown_s * 2**self.openings, self.max_cooldown_s)
-            self.openings += 1
-            self.opened_at = self.clock()
-            self.open_until = self.clock() + cooldown
+            self._open()
+
+    async def fail(self) -> None:
+        """:meth:`record_failure`; with :attr:`peers`, the failure is counted in the run
+        they share (other processes' failures in a row count here too), and an opening is
+        told to them at once."""
+        peers, openings = self.peers, self.openings
+        counted = peers is not None and self.state == "closed"
+        self.record_failure()
+        if peers is None:
+            return
+        if counted:
+            succeeded = self.succeeded_at
+            run = await peers.count_failure()
+            # a success while the count was on its way ended the run
+            if run is not None and self.succeeded_at == succeeded:
+                self.tally(run)
+        if self.openings > openings:
+            await peers.opened()
+
+    def tally(self, run: int) -> None:
+        """The processes sharing this breaker have seen ``run`` failures in a row."""
+        if self.state == "closed" and run > self.failures:
+            self.failures = run
+            if run >= self.failure_threshold:
+                self._open()
+
+    def _open(self) -> None:
+        cooldown = min(self.cooldown_s * 2**self.openings, self.max_cooldown_s)
+        self.openings += 1
+        self.opened_at = self.clock()
+        self.open_until = self.opened_at + cooldown
 
 
 def new_breaker(settings: ReliabilitySettings) -> CircuitBreaker:

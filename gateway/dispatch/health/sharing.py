@@ -1,12 +1,24 @@
-"""Replicas act as one: breaker state, probes, learned context lengths and live latency
-figures go through the state store.
+"""Replicas act as one: breaker state, failure counts, probes, learned context lengths and
+live latency figures go through the state store.
 
-Every ``interval_s`` each replica publishes, per deployment, whether its breaker is open
+A replica (a ``serve --workers`` worker too) reads all of it once before it serves, so one
+that starts or restarts while the fleet holds a breaker open starts with it open. Then,
+every ``interval_s``, each replica publishes, per deployment, whether its breaker is open
 (until when and since when, in wall-clock time), the context length it learned, and its
 latency averages; it then reads the others'. A breaker another replica opened opens here
 too (LiteLLM-style: a local copy re-checked every second), unless this replica has seen the
 deployment answer since; the smallest learned context length wins; peers' averages are
 blended into the figures the policies route on.
+
+Failures in a row are counted across replicas: each failure adds to the deployment's shared
+run (``failures:{name}``), and a breaker opens when the run reaches its threshold, wherever
+the failures happened. A success ends the run: at once for a failure reported by the
+replica that saw it, else within ``interval_s``, when the replica publishes. A breaker that
+opens publishes its opening and sends a notice at once (Redis pub/sub), so the others open
+within a round trip rather than at their next tick: a deployment that goes down costs the
+fleet the requests that make up one threshold, not one threshold per worker. A replica that
+finds a run past the threshold with no opening left (the fleet waits on a trial) starts
+half-open.
 
 Background probes are shared too: one replica probes each open deployment per probe
 interval (the first to take the interval's ``probe:{name}`` counter), and a probe that
@@ -21,8 +33,8 @@ costs one request per cooldown in all, however many workers and replicas there a
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -39,7 +51,9 @@ from gateway.state.base import StateStore, StateUnavailable
 log = structlog.get_logger("shunter.sharing")
 FIGURES_TTL_S = 10.0
 PROBE_PASS_TTL_S = 60.0
+RUN_TTL_S = 600.0  # a run of failures this old is forgotten
 MAX_PEERS = 32
+NOTICES = "breakers"
 
 
 class SharedFleet(Protocol):
@@ -75,19 +89,28 @@ class ReplicaSync:
         self.interval_s = interval_s
         self.wall = wall
         self.replica = -1
+        self.token = secrets.token_hex(8)  # tells this replica's notices from the others'
         self._announced: dict[str, float] = {}
+        self._passed: dict[str, float] = {}  # the last probe pass read, per deployment
         self._ticker = Periodic(interval_s, self._tick)
+        self._listener = Periodic(interval_s, self._listen, at_once=True)
 
     async def start(self) -> None:
+        """Take in what the other replicas know (before this one serves), then keep in step."""
         with contextlib.suppress(StateUnavailable):
             self.replica = await self.store.shared_incr("replicas", 1, 7 * 24 * 3600)
         self.gateway.prober.claim = self.claim_probe
         self.gateway.prober.on_pass = self.probe_passed
+        await self._tick()
+        self._listener.start()
         self._ticker.start()
 
     async def stop(self) -> None:
         await self._ticker.stop()
+        await self._listener.stop()
         self.gateway.prober.claim = self.gateway.prober.on_pass = None
+        for breaker in self.gateway.breakers.values():
+            breaker.peers = None
 
     async def _tick(self) -> None:
         # the store logs outages; local state keeps working meanwhile
@@ -127,30 +150,99 @@ class ReplicaSync:
         except StateUnavailable:
             return True
 
+    async def count_failure(self, name: str, breaker: CircuitBreaker) -> int | None:
+        """Add a failure of ``name`` to the run the replicas share; the run's length (the
+        store down: ``None``, this replica counts alone)."""
+        since = max(self._wall(breaker, breaker.succeeded_at), 0.0)
+        try:
+            return await self.store.shared_run(
+                f"failures:{{{name}}}", self.wall(), since, RUN_TTL_S
+            )
+        except StateUnavailable:
+            return None
+
+    async def opened(self, name: str) -> None:
+        """``name``'s breaker opened here: publish the opening and tell the others now."""
+        with contextlib.suppress(StateUnavailable):
+            await self._sync_breaker(name)
+            breaker = self.gateway.breakers.get(name)
+            if breaker is None or breaker.state != "open":
+                return
+            opening = [self.wall() + breaker.retry_in(), self._wall(breaker, breaker.opened_at)]
+            notice = {"from": self.token, "deployment": name, "opening": opening}
+            await self.store.shared_publish(NOTICES, json.dumps(notice))
+
+    async def _listen(self) -> None:
+        """Take in the other replicas' openings as they are told, until the store goes
+        away (the ticker carries on; listening starts again after ``interval_s``)."""
+        with contextlib.suppress(StateUnavailable):
+            async for raw in self.store.shared_listen(NOTICES):
+                self._heard(raw)
+
+    def _heard(self, raw: str) -> None:
+        """One notice: adopted at once, without a round trip to the store, so that a
+        request this replica routes next already finds the breaker open."""
+        try:
+            notice = json.loads(raw)
+            name, (until, since) = notice["deployment"], notice["opening"]
+            opening = float(until), float(since)
+        except (ValueError, TypeError, KeyError):
+            return
+        breaker = self.gateway.breakers.get(name)
+        if notice.get("from") != self.token and breaker is not None:
+            self._adopt(name, breaker, opening)
+
     async def _sync_breaker(self, name: str) -> None:
         breaker = self.gateway.breakers.get(name)
         if breaker is None:
             return
-        if breaker.trial_gate is None:
-            breaker.trial_gate = functools.partial(self.claim_trial, name, breaker)
+        if breaker.peers is None:
+            breaker.peers = _Peers(self, name, breaker)
         key = f"breaker:{{{name}}}"
         raw_pass = await self.store.shared_get(f"probe_ok:{{{name}}}")
         passed = float(raw_pass) if raw_pass is not None else -float("inf")
+        self._passed[name] = passed
         await self._take_pass(name, breaker, passed)
         shared = _pair(await self.store.shared_get(key))
         if breaker.state != "closed":
-            await self._publish_opening(key, breaker, shared)
+            await self._publish_opening(name, key, breaker, shared)
             return
         await self._announce_recovery(name, breaker, passed)
-        if shared is None:
-            return
-        until, since = shared
-        remaining = until - self.wall()
-        # an opening older than this replica's last success with it, or than a passed
-        # probe, is stale news
-        if remaining > 0 and since > max(passed, self._wall(breaker, breaker.closed_at)):
+        if shared is None or not self._adopt(name, breaker, shared):
+            await self._sync_run(name, breaker, self._fresh_after(name, breaker))
+
+    def _fresh_after(self, name: str, breaker: CircuitBreaker) -> float:
+        """An opening or a run older than this replica's last closing, or than a passed
+        probe, is stale news."""
+        return max(self._passed.get(name, -float("inf")), self._wall(breaker, breaker.closed_at))
+
+    def _adopt(self, name: str, breaker: CircuitBreaker, opening: tuple[float, float]) -> bool:
+        """Take in another replica's opening (until, since): a closed breaker opens unless
+        the news is stale; an open one takes a later end. Whether this breaker is open now."""
+        remaining = opening[0] - self.wall()
+        if breaker.state == "closed":
+            if remaining <= 0 or opening[1] <= self._fresh_after(name, breaker):
+                return False
             log.info("breaker_opened_by_peer", deployment=name, seconds=round(remaining, 1))
             breaker.open_for(remaining)
+        elif breaker.state == "open" and remaining > breaker.retry_in():
+            breaker.open_for(remaining)
+        return breaker.state == "open"
+
+    async def _sync_run(self, name: str, breaker: CircuitBreaker, fresh_after: float) -> None:
+        """End the shared run of failures when this replica has seen a success since its
+        last one; start half-open when it reached the threshold and its opening is over
+        (the fleet waits on a trial)."""
+        key = f"failures:{{{name}}}"
+        run = _pair(await self.store.shared_get(key), " ")
+        if run is None:
+            return
+        length, last = run
+        if self._wall(breaker, breaker.succeeded_at) > last:
+            await self.store.shared_delete(key)
+        elif length >= breaker.failure_threshold and last > fresh_after:
+            log.info("breaker_half_open_by_peers", deployment=name, failures=int(length))
+            breaker.open_for(0.0)
 
     async def _take_pass(self, name: str, breaker: CircuitBreaker, passed: float) -> None:
         """A trial that passed elsewhere after this breaker began waiting on it closes it;
@@ -165,14 +257,12 @@ class ReplicaSync:
             breaker.probe_passed()
 
     async def _publish_opening(
-        self, key: str, breaker: CircuitBreaker, shared: tuple[float, float] | None
+        self, name: str, key: str, breaker: CircuitBreaker, shared: tuple[float, float] | None
     ) -> None:
         """Adopt a later end of the shared opening (a peer's failed trial or probe), then
         publish this one's."""
-        if shared is not None and breaker.state == "open":
-            later = shared[0] - self.wall()
-            if later > breaker.retry_in():
-                breaker.open_for(later)
+        if shared is not None:
+            self._adopt(name, breaker, shared)
         remaining = breaker.retry_in()
         if remaining <= 0:
             return
@@ -220,12 +310,30 @@ class ReplicaSync:
         tracker.peers = peers
 
 
-def _pair(raw: str | None) -> tuple[float, float] | None:
-    """A shared ``[number, number]``; ``None`` when absent or not that shape."""
+class _Peers:
+    """The replicas sharing one deployment's breaker, as the breaker asks them
+    (:class:`~gateway.dispatch.health.breakers.BreakerPeers`)."""
+
+    def __init__(self, sync: ReplicaSync, name: str, breaker: CircuitBreaker) -> None:
+        self._sync, self._name, self._breaker = sync, name, breaker
+
+    async def take_trial(self) -> bool:
+        return await self._sync.claim_trial(self._name, self._breaker)
+
+    async def count_failure(self) -> int | None:
+        return await self._sync.count_failure(self._name, self._breaker)
+
+    async def opened(self) -> None:
+        await self._sync.opened(self._name)
+
+
+def _pair(raw: str | None, sep: str | None = None) -> tuple[float, float] | None:
+    """A shared ``[number, number]`` (or two numbers split by ``sep``); ``None`` when
+    absent or not that shape."""
     if raw is None:
         return None
     try:
-        first, second = json.loads(raw)
+        first, second = json.loads(raw) if sep is None else raw.split(sep)
         return float(first), float(second)
     except (ValueError, TypeError):
         return None

@@ -178,8 +178,8 @@ class Resume:
         failed, cause = self._current, _cause(failure)
         delivered = self._delivered()
         await _aclose(stream)
-        failed.breaker.record_failure()
         attempt.finish(None, failed=True)
+        await failed.breaker.fail()
         produced = delivered.tokens - self._base_tokens
         asked = self._asked if self._segments else None
         self._segments.append(_Segment(failed.settings.price, produced, asked))

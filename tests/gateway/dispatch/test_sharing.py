@@ -88,3 +88,99 @@ async def test_one_replica_takes_the_half_open_trial_and_the_others_wait_on_it(
     await first.sync()
     await second.sync()
     assert [b.state for b in breakers] == ["closed", "closed"]
+
+
+async def _started(store: StateStore, config_text: str) -> tuple[ReplicaSync, ReplicaSync]:
+    """Two replicas that have started (each read the store once, listens for notices) and
+    publish nothing more on their own: a tick comes only once a minute."""
+    config = parse_config(config_text, "test.yaml")
+    syncs = []
+    for _ in range(2):
+        sync = ReplicaSync(store, Gateway(config, {"a": ScriptedBackend("a")}), interval_s=60)
+        await sync.start()
+        syncs.append(sync)
+    return syncs[0], syncs[1]
+
+
+async def _stop(*syncs: ReplicaSync) -> None:
+    for sync in syncs:
+        await sync.stop()
+
+
+async def test_a_replica_that_starts_takes_the_fleets_open_breaker(store: StateStore) -> None:
+    first, second = replicas(store)
+    first.gateway.breakers["a"].record_failure()
+    await first.sync()  # the fleet holds it open
+    await second.start()  # a worker that starts (or is started again) reads it first
+    try:
+        assert second.gateway.breakers["a"].state == "open"
+        assert second.gateway.breakers["a"].retry_in() > 5  # the fleet's opening, not a new one
+    finally:
+        await second.stop()
+
+
+async def test_failures_in_a_row_count_across_replicas(store: StateStore) -> None:
+    first, second = await _started(
+        store, CONFIG.replace("failure_threshold: 1", "failure_threshold: 3")
+    )
+    try:
+        breakers = [sync.gateway.breakers["a"] for sync in (first, second)]
+        await breakers[0].fail()
+        await breakers[1].fail()
+        assert [b.state for b in breakers] == ["closed", "closed"]
+        await breakers[0].fail()  # the third in a row, one of them elsewhere
+        assert breakers[0].state == "open"
+    finally:
+        await _stop(first, second)
+
+
+async def test_a_success_anywhere_ends_the_shared_run(store: StateStore) -> None:
+    first, second = await _started(
+        store, CONFIG.replace("failure_threshold: 1", "failure_threshold: 3")
+    )
+    try:
+        breakers = [sync.gateway.breakers["a"] for sync in (first, second)]
+        await breakers[0].fail()
+        breakers[1].record_success()  # the deployment answered there since
+        await second.sync()  # which ends the run
+        assert await store.shared_get("failures:{a}") is None
+        await breakers[1].fail()
+        breakers[1].record_success()
+        await breakers[1].fail()  # its own success restarts the run at once
+        await breakers[0].fail()  # two here, two there: never three in a row
+        assert [b.state for b in breakers] == ["closed", "closed"]
+        await breakers[1].fail()
+        assert breakers[1].state == "open"  # three in a row: two there, one here
+    finally:
+        await _stop(first, second)
+
+
+async def test_an_opening_reaches_the_other_replicas_at_once(store: StateStore) -> None:
+    first, second = await _started(store, CONFIG)
+    try:
+        await asyncio.sleep(0.3)  # both listen
+        await first.gateway.breakers["a"].fail()
+        for _ in range(100):  # a notice, not the next tick (a minute away)
+            if second.gateway.breakers["a"].state == "open":
+                break
+            await asyncio.sleep(0.02)
+        assert second.gateway.breakers["a"].state == "open"
+    finally:
+        await _stop(first, second)
+
+
+async def test_a_replica_starts_half_open_while_the_fleet_waits_on_a_trial(
+    store: StateStore,
+) -> None:
+    fast = CONFIG.replace("cooldown_s: 30", "cooldown_s: 0.2, max_cooldown_s: 0.2")
+    first, second = replicas(store, fast)
+    await first.start()
+    try:
+        await first.gateway.breakers["a"].fail()  # counted and published
+        await asyncio.sleep(0.3)  # the opening is over: half-open, no trial yet
+        await second.start()
+        assert second.gateway.breakers["a"].state == "half_open"
+        assert await first.gateway.breakers["a"].admit()  # the first takes the trial
+        assert not await second.gateway.breakers["a"].admit()  # the second waits on it
+    finally:
+        await _stop(first, second)

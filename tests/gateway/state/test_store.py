@@ -149,6 +149,45 @@ async def test_shared_values_and_counters_expire(store: StateStore) -> None:
     assert await store.shared_incr("deployment:a:fails", 1, ttl_s=10) == 1
 
 
+async def test_a_shared_run_counts_until_a_later_success_starts_it_again(
+    store: StateStore,
+) -> None:
+    assert await store.shared_run("failures:{a}", 100.0, 0.0, ttl_s=10) == 1
+    assert await store.shared_run("failures:{a}", 101.0, 50.0, ttl_s=10) == 2  # success before
+    assert await store.shared_get("failures:{a}") == "2 101.0"
+    assert await store.shared_run("failures:{a}", 103.0, 102.0, ttl_s=0.15) == 1  # after
+    await asyncio.sleep(0.25)
+    assert await store.shared_get("failures:{a}") is None  # forgotten after its last event
+
+
+async def test_a_notice_reaches_every_listener_and_none_before_it_listened(
+    store: StateStore,
+) -> None:
+    await store.shared_publish("news", "unheard")
+    heard: list[list[str]] = [[], []]
+
+    async def listen(into: list[str]) -> None:
+        async for message in store.shared_listen("news"):
+            into.append(message)
+
+    tasks = [asyncio.create_task(listen(into)) for into in heard]
+    for _ in range(100):  # until both have subscribed (a Redis subscription takes a trip)
+        await store.shared_publish("news", "ping")
+        await asyncio.sleep(0.02)
+        if all(heard):
+            break
+    await store.shared_publish("news", "opened")
+    for _ in range(100):
+        if all(into and into[-1] == "opened" for into in heard):
+            break
+        await asyncio.sleep(0.02)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert [into[-1] for into in heard] == ["opened", "opened"]
+    assert all("unheard" not in into for into in heard)
+
+
 async def test_scope_names_that_would_break_hash_tags_are_refused(store: StateStore) -> None:
     with pytest.raises(ValueError, match="invalid state scope"):
         await store.reserve("key:{x}", [rpm(1)])
