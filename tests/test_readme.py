@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -80,8 +81,16 @@ KEY_VARIABLES = {
     "DOCS_MCP_TOKEN": "test-docs-token",
     "MCP_CLIENT_SECRET": "test-client-secret",
 }
-EXPECTED_WORDS = {"What is the capital of France?": "Paris", "Name a city": "country"}
+EXPECTED_WORDS = {
+    "What is the capital of France?": "Paris",
+    "And of Italy?": "Rome",
+    "What is the capital of Spain?": "Madrid",
+    "Name a city": "country",
+    "What is the weather in Paris?": "It is sunny in Paris.",
+}
 """A python or bash block containing the key must print the word."""
+LEAKS = ("<tool_response>", "<tool_call>", "<|im_start|>", "<|im_end|>")
+"""Prompt framing no example may print: the gateway wrote it for the model, not the client."""
 BASH_VALUES = {
     "KEY_ID": "\"$(shunter keys list | head -n 1 | cut -d ' ' -f 1)\"",
 }
@@ -246,6 +255,27 @@ def test_python_block_runs(block: Block, default_gateway: Server, workdir: Path)
     for key, word in EXPECTED_WORDS.items():
         if key in block.text:
             assert word in done.stdout, done.stdout
+    assert not [leak for leak in LEAKS if leak in done.stdout], done.stdout
+
+
+def test_the_codex_recipe_says_what_the_embedded_default_answers(default_gateway: Server) -> None:
+    """Codex's first request (its instructions and tools: over 10,000 tokens) to the embedded
+    default, by the recipe's model name and by SmolLM2's, answers what the recipe says."""
+    recipe = " ".join((ROOT / "docs" / "agent-clients.md").read_text(encoding="utf-8").split())
+    codex_like = {"instructions": "You are a coding agent. " * 2000, "input": "Fix the bug."}
+    answers = {}
+    for model in ("coder", "smollm2"):
+        url = f"{default_gateway.base_url}/v1/responses"
+        reply = httpx.post(url, json={**codex_like, "model": model}, timeout=60)
+        error = reply.json()["error"]
+        answers[model] = (reply.status_code, error["code"], error["param"])
+    assert answers == {
+        "coder": (404, "model_not_found", "model"),
+        "smollm2": (400, "context_length_exceeded", "input"),
+    }
+    assert "Codex gets a 404 `model_not_found` naming `model`" in recipe
+    assert "it gets a 400 `context_length_exceeded` naming `input`" in recipe
+    assert 'codex exec --skip-git-repo-check "..."' in recipe
 
 
 @pytest.mark.parametrize("block", of("bash"), ids=lambda b: b.id)
