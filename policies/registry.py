@@ -7,6 +7,7 @@ A primitive is a :class:`~policies.steps.Step` subclass with a ``name`` and a py
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,9 @@ def build_step(name: str, raw_args: object, registry: Mapping[str, Primitive]) -
     """
     primitive = registry.get(name)
     if primitive is None:
-        known = ", ".join(sorted(registry))
-        raise ValueError(f"unknown primitive {name!r} (known: {known}, hedge)")
+        names = [*sorted(registry), "hedge"]
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown primitive {name!r} (known: {', '.join(names)}){hint}")
     args = primitive.args_model.model_validate({} if raw_args is None else raw_args)
     return primitive.build(args)

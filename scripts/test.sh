@@ -16,6 +16,8 @@ fi
 .venv/bin/ruff check gateway backends policies tests bench
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache  # the layer contracts in pyproject.toml
+# the documentation site: every page in the navigation, every link and anchor resolved
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet  # into site/, ignored by git
 # the tests wait on servers and sockets far more than they compute: four processes, each
 # test file whole in one of them (its module servers started once, its tests in order)
 .venv/bin/pytest -q -n "${SHUNTER_TEST_PROCESSES:-4}" --dist loadfile "$@"

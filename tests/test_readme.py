@@ -1,4 +1,5 @@
-"""Every example in README.md runs, as written, against real processes.
+"""Every example in README.md and in the documentation pages (docs/*.md) runs, as
+written, against real processes.
 
 Each fenced block is one case:
 
@@ -8,9 +9,12 @@ Each fenced block is one case:
   report, line for line.
 * ``python``: runs against a test gateway serving the embedded default (SmolLM2), with
   ``127.0.0.1:8000`` pointed at it; the factual answer is checked.
-* ``bash``: runs as one script in a work folder. A line that starts a gateway or a worker
-  runs in the background on a free port until it is ready, and is stopped when the block
-  ends; ``127.0.0.1:8000`` / ``:8080`` point at it.
+* ``bash``: runs as one script in a work folder, in a process group of its own that is
+  ended (SIGTERM, then SIGKILL) when the script ends or times out. A line that starts a
+  gateway or a worker runs in the background on a free port until it is ready, and is
+  stopped when the block ends; ``127.0.0.1:8000`` / ``:8080`` point at it. A block that
+  starts none talks to the test gateway serving the embedded default, and
+  ``.venv/bin/python`` is this test's Python; the factual answer is checked.
 
 The work folder holds what the examples name: every block marked ``<!-- file: NAME -->``,
 generated GGUF files at the model paths and cache names the examples use, a model cache of
@@ -21,16 +25,20 @@ needs what a CI machine lacks is marked ``<!-- not run: why -->`` and listed in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -39,7 +47,8 @@ from tests.conftest import Server, free_port, start_server, stop_server
 from tests.redis_server import start_redis
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+"""The files whose examples run: the README and every page of the documentation site."""
 
 NOT_RUN = {
     "./scripts/serve.sh": "installs into .venv",
@@ -55,7 +64,7 @@ NOT_RUN = {
         "downloads a model"
     ),
 }
-"""First line of each block the README marks as not run, and a word of its reason."""
+"""First line of each block a page marks as not run, and a word of its reason."""
 
 MODEL_FILES = (
     "models/qwen2.5-0.5b-instruct-q8_0.gguf",
@@ -73,8 +82,16 @@ KEY_VARIABLES = {
     "DOCS_MCP_TOKEN": "test-docs-token",
     "MCP_CLIENT_SECRET": "test-client-secret",
 }
-EXPECTED_WORDS = {"What is the capital of France?": "Paris", "Name a city": "country"}
-"""A python block containing the key must print the word."""
+EXPECTED_WORDS = {
+    "What is the capital of France?": "Paris",
+    "And of Italy?": "Rome",
+    "What is the capital of Spain?": "Madrid",
+    "Name a city": "country",
+    "What is the weather in Paris?": "It is sunny in Paris.",
+}
+"""A python or bash block containing the key must print the word."""
+LEAKS = ("<tool_response>", "<tool_call>", "<|im_start|>", "<|im_end|>")
+"""Prompt framing no example may print: the gateway wrote it for the model, not the client."""
 BASH_VALUES = {
     "KEY_ID": "\"$(shunter keys list | head -n 1 | cut -d ' ' -f 1)\"",
 }
@@ -85,8 +102,9 @@ _FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced block of the README: where it starts, its language, text and marker."""
+    """One fenced block of a page: where it starts, its language, text and marker."""
 
+    page: str
     line: int
     lang: str
     text: str
@@ -94,7 +112,7 @@ class Block:
 
     @property
     def id(self) -> str:
-        return f"README.md:{self.line}:{self.lang}"
+        return f"{self.page}:{self.line}:{self.lang}"
 
     @property
     def kind(self) -> str:
@@ -107,9 +125,10 @@ class Block:
         return self.marker[1] if self.marker else ""
 
 
-def readme_blocks() -> list[Block]:
-    """Every fenced block, dedented, with the HTML comment right before it (if any)."""
-    blocks, lines = [], README.read_text(encoding="utf-8").splitlines()
+def page_blocks(path: Path) -> list[Block]:
+    """Every fenced block of a page, dedented, with the HTML comment right before it (if any)."""
+    blocks, lines = [], path.read_text(encoding="utf-8").splitlines()
+    page = str(path.relative_to(ROOT))
     index = 0
     while index < len(lines):
         opening = _FENCE.match(lines[index])
@@ -125,12 +144,12 @@ def readme_blocks() -> list[Block]:
         previous = next((ln.strip() for ln in reversed(lines[:start]) if ln.strip()), "")
         marker = _MARKER.match(previous)
         found = (marker.group(1), marker.group(2)) if marker else None
-        blocks.append(Block(start + 1, lang, "\n".join(body) + "\n", found))
+        blocks.append(Block(page, start + 1, lang, "\n".join(body) + "\n", found))
         index += 1
     return blocks
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [block for path in PAGES for block in page_blocks(path)]
 
 
 def of(lang: str) -> list[Block]:
@@ -237,31 +256,123 @@ def test_python_block_runs(block: Block, default_gateway: Server, workdir: Path)
     for key, word in EXPECTED_WORDS.items():
         if key in block.text:
             assert word in done.stdout, done.stdout
+    assert not [leak for leak in LEAKS if leak in done.stdout], done.stdout
+
+
+def test_the_codex_recipe_says_what_the_embedded_default_answers(default_gateway: Server) -> None:
+    """Codex's first request (its instructions and tools: over 10,000 tokens) to the embedded
+    default, by the recipe's model name and by SmolLM2's, answers what the recipe says."""
+    recipe = " ".join((ROOT / "docs" / "agent-clients.md").read_text(encoding="utf-8").split())
+    codex_like = {"instructions": "You are a coding agent. " * 2000, "input": "Fix the bug."}
+    answers = {}
+    for model in ("coder", "smollm2"):
+        url = f"{default_gateway.base_url}/v1/responses"
+        reply = httpx.post(url, json={**codex_like, "model": model}, timeout=60)
+        error = reply.json()["error"]
+        answers[model] = (reply.status_code, error["code"], error["param"])
+    assert answers == {
+        "coder": (404, "model_not_found", "model"),
+        "smollm2": (400, "context_length_exceeded", "input"),
+    }
+    assert "Codex gets a 404 `model_not_found` naming `model`" in recipe
+    assert "it gets a 400 `context_length_exceeded` naming `input`" in recipe
+    assert 'codex exec --skip-git-repo-check "..."' in recipe
 
 
 @pytest.mark.parametrize("block", of("bash"), ids=lambda b: b.id)
-def test_shell_block_runs(block: Block, workdir: Path, env: dict[str, str], tmp_path: Path) -> None:
-    text = block.text
+def test_shell_block_runs(
+    block: Block,
+    workdir: Path,
+    env: dict[str, str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    text = block.text.replace(".venv/bin/python", f'"{sys.executable}"')
+    if not any(_SERVER.search(line) for line in text.splitlines()):
+        gateway: Server = request.getfixturevalue("default_gateway")
+        text = text.replace("http://127.0.0.1:8000", gateway.base_url)
     redis = start_redis(tmp_path) if "SHUNTER_REDIS_URL" in text else None
     try:
         if redis is not None:
             text = text.replace("redis://127.0.0.1:6379/0", redis.url)
         for placeholder, value in BASH_VALUES.items():
             text = re.sub(rf"\b{placeholder}\b", value, text)
-        script = _script(text, free_port())
-        done = subprocess.run(
-            ["bash", "-c", script],
-            capture_output=True,
-            text=True,
-            cwd=workdir,
-            env=env,
-            timeout=240,
-        )
+        done = run_script(_script(text, free_port()), workdir, env, timeout_s=240)
     finally:
         if redis is not None:
             redis.stop()
     logs = "".join(p.read_text(errors="replace") for p in workdir.glob("server-*.log"))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{logs}"
+    for key, word in EXPECTED_WORDS.items():
+        if key in block.text:
+            assert word in done.stdout, done.stdout
+
+
+def run_script(
+    script: str, cwd: Path, env: dict[str, str], timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """``bash -c script`` in a process group of its own, ended once the script is done.
+
+    The group gets SIGTERM (the script's ``EXIT`` trap runs and stops what it started),
+    then SIGKILL after a grace period, whether the script ended or ran out of time:
+    nothing it started in the background outlives it. A script out of time gets
+    ``returncode`` -1 and a line saying so in ``stderr``.
+    """
+    process = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+        code = process.returncode
+    except subprocess.TimeoutExpired:
+        _end_group(process.pid)
+        out, err = process.communicate()
+        code, err = -1, f"{err}\nthe script ran past {timeout_s} s and was ended\n"
+    _end_group(process.pid)
+    return subprocess.CompletedProcess(process.args, code, out, err)
+
+
+def _end_group(group: int, grace_s: float = 10.0) -> None:
+    """SIGTERM to every process of ``group``, then SIGKILL to what is left after ``grace_s``."""
+    try:
+        os.killpg(group, signal.SIGTERM)
+    except ProcessLookupError:
+        return  # the whole group is gone already
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and group_members(group):
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def group_members(group: int) -> list[int]:
+    """The live processes of a process group (exited ones not yet reaped do not count)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we read it
+        if fields[0] != "Z" and int(fields[2]) == group:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_a_script_out_of_time_has_its_group_ended(tmp_path: Path) -> None:
+    """What a script started in the background is ended with it, and its EXIT trap runs."""
+    script = 'trap "echo stopped > trap.txt" EXIT\nsleep 300 &\necho $! > child.pid\nsleep 300\n'
+    done = run_script(script, tmp_path, dict(os.environ), timeout_s=3)
+    assert done.returncode == -1, done
+    assert "ran past 3 s" in done.stderr
+    child = int((tmp_path / "child.pid").read_text())
+    assert not _running(child)
+    assert (tmp_path / "trap.txt").read_text() == "stopped\n"
 
 
 def _script(text: str, port: int) -> str:
@@ -312,3 +423,11 @@ while time.monotonic() < deadline:
     time.sleep(0.1)
 sys.exit("the server was not ready in 120 s")
 """
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -92,8 +92,7 @@ def _bench(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return 2
     endpoint, workload, levels, bounds, slo = plan
-    progress = not args.json and err.is_terminal
-    summaries = asyncio.run(_sweep(endpoint, workload, levels, bounds, slo, err, progress))
+    summaries = asyncio.run(_sweep(endpoint, workload, levels, bounds, slo, err, not args.json))
     if args.json:
         print(json.dumps(_document(args, plan, summaries), indent=2))
     else:
@@ -190,7 +189,9 @@ async def _with_progress(
     bounds: Bounds,
     console: Console,
 ) -> LevelRun:
-    """Run one level under a progress bar: the larger of requests done and time elapsed."""
+    """Run one level under a progress bar (the larger of requests done and time elapsed) on
+    a terminal; elsewhere (a pipe, a log file) a plain line when the level starts, one every
+    :data:`PLAIN_EVERY_S` while it runs, and one when it ends."""
     import asyncio
     import time
 
@@ -198,6 +199,8 @@ async def _with_progress(
 
     from gateway.loadgen import RequestResult, run_level
 
+    if not console.is_terminal:
+        return await _with_lines(client, endpoint, workload, level, bounds, console)
     counts = {"done": 0, "errors": 0}
     started = time.perf_counter()
     columns = (
@@ -233,6 +236,52 @@ async def _with_progress(
             return await run_level(client, endpoint, workload, level, bounds, on_result)
         finally:
             ticker.cancel()
+
+
+PLAIN_EVERY_S = 10.0
+
+
+async def _with_lines(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    workload: Workload,
+    level: Level,
+    bounds: Bounds,
+    console: Console,
+) -> LevelRun:
+    import asyncio
+    import time
+
+    from gateway.loadgen import RequestResult, run_level
+
+    counts = {"done": 0, "errors": 0}
+    started = time.perf_counter()
+
+    def say(what: str) -> None:
+        elapsed = time.perf_counter() - started
+        done, errors = counts["done"], counts["errors"]
+        line = f"{level.label}: {what}{done} done, {errors} errors, {elapsed:.0f} s"
+        console.print(line, highlight=False, soft_wrap=True)
+
+    def on_result(result: RequestResult) -> None:
+        counts["done"] += 1
+        counts["errors"] += 0 if result.ok else 1
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(PLAIN_EVERY_S)
+            say("")
+
+    limits = [f"{bounds.max_requests} requests"] if bounds.max_requests else []
+    limits += [f"{bounds.duration_s:g} s"] if bounds.duration_s else []
+    console.print(f"{level.label}: started (up to {' or '.join(limits)})", highlight=False)
+    ticker = asyncio.create_task(tick())
+    try:
+        run = await run_level(client, endpoint, workload, level, bounds, on_result)
+    finally:
+        ticker.cancel()
+    say("finished, ")
+    return run
 
 
 def _document(

@@ -11,7 +11,14 @@ from typing import Any
 
 from gateway import __version__
 from gateway.cli import bench, calibrate, keys, models, routing, worker
-from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, warn_if_open
+from gateway.cli.edge import (
+    add_edge_arguments,
+    cannot_listen,
+    edge_limits,
+    exposure,
+    listen,
+    warn_if_open,
+)
 
 # after its drain, the time a worker of `serve --workers N` has to close its backends and
 # the state store before the parent kills it
@@ -152,7 +159,7 @@ def _serve(args: argparse.Namespace) -> int:
     brief_startup_errors(args.log_level)
     warn_if_open(exposed, args.host, args.port)
 
-    def run_one(sock: socket.socket | None) -> int:
+    def run_one(sock: socket.socket) -> int:
         gateway = Gateway.from_config(loaded.config)
         settings = AppSettings(config=loaded.config, config_path=args.config, state=state)
         app = create_app(settings, gateway)
@@ -160,11 +167,12 @@ def _serve(args: argparse.Namespace) -> int:
         return serve(app, gateway, args.host, args.port, args.drain_timeout, limits, sock)
 
     if args.workers == 1:
-        return run_one(None)
+        sock = listen("serve", args.host, args.port)  # before the models load
+        return 2 if sock is None else run_one(sock)
     try:
         sockets = listening_sockets(args.host, args.port, args.workers)
     except OSError as exc:
-        print(f"shunter serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        print(f"shunter serve: {cannot_listen(args.host, args.port, exc)}", file=sys.stderr)
         return 2
     # the workers' drain, then their shutdown (closing backends and the store)
     stop_timeout_s = args.drain_timeout + _SHUTDOWN_GRACE_S

@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "route",
         help="explain how a request to a model would be routed",
         description="Every candidate of a model, every policy step's verdict and score, "
-        "and the choice. Live figures (queue, rates, measured throughput, which prices "
-        "deployments billed per hour) come from a running gateway with --live.",
+        "and the choice; exit status 1 when nothing is chosen or a local model cannot be "
+        "read (each named on stderr). Live figures (queue, rates, measured throughput, "
+        "which prices deployments billed per hour) come from a running gateway with --live.",
     )
     route.add_argument("--config", type=Path, help=_CONFIG_HELP)
     route.add_argument("--model", required=True, help="the public model name to route")
@@ -106,6 +107,9 @@ def _route(args: argparse.Namespace) -> int:
     gateway = Gateway(config, {d.name: create_backend(d) for d in config.deployments})
     placements = plan_deployments(config.deployments, config.devices)
     gateway.fits = {p.deployment: p.plan.fit for p in placements if p.plan is not None}
+    unreadable = [p for p in placements if p.problem]  # shunter serve would refuse them
+    for placement in unreadable:
+        print(f"error: deployment {placement.deployment!r}: {placement.note}", file=sys.stderr)
     request = RequestFacts(
         prompt_tokens=args.prompt_tokens,
         max_tokens=args.max_tokens,
@@ -135,7 +139,7 @@ def _route(args: argparse.Namespace) -> int:
         logprobs = {d.name: d.returns_logprobs() for d in config.deployments}
         print(cascade_plan(route.cascade, [(n, logprobs[n]) for n in decision.names]))
     print(f"route: {decision.reason()}")
-    return 0 if decision.chosen is not None else 1
+    return 0 if decision.chosen is not None and not unreadable else 1
 
 
 def _live_stats(url: str, gateway: Gateway) -> dict[str, LiveStats]:

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from backends.llamacpp import LlamaCppSettings
-from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, warn_if_open
+from gateway.cli.edge import add_edge_arguments, edge_limits, exposure, listen, warn_if_open
 from gateway.config import GatewayConfig
 
 
@@ -115,11 +115,15 @@ def run_worker(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     brief_startup_errors(args.log_level)
     warn_if_open(exposed, args.host, args.port)
+    sock = listen("worker", args.host, args.port)  # before the model loads
+    if sock is None:
+        return 2
     describe_worker(config, args, exposed)
     gateway = Gateway.from_config(config)
     label = f"shunter worker --model {args.model}"
     app = create_app(AppSettings(config=config, watch_config=False, label=label), gateway)
-    return serve(app, gateway, args.host, args.port, args.drain_timeout, edge_limits(args))
+    limits = edge_limits(args)
+    return serve(app, gateway, args.host, args.port, args.drain_timeout, limits, sock)
 
 
 def describe_worker(config: GatewayConfig, args: argparse.Namespace, exposed: str) -> None:

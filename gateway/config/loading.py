@@ -8,7 +8,6 @@ with one name), each located at the entry that is wrong, not at the section arou
 
 from __future__ import annotations
 
-import difflib
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from backends.registry import BACKEND_KINDS
+from gateway.config.hints import KeyHints, did_you_mean
 from gateway.config.schema import SKIP_REFERENCES, GatewayConfig
 from policies.policy import Policy
 
@@ -158,11 +158,15 @@ def _located(
 
 def _schema_problems(exc: ValidationError) -> list[tuple[Location, str]]:
     found: list[tuple[Location, str]] = []
+    hints: KeyHints | None = None
     for error in exc.errors():
         loc = [part for part in _without_tags(error["loc"]) if part != "[key]"]
         if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
             loc.append("backend")  # point at the field that picks the backend kind
         message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            hints = hints or KeyHints(GatewayConfig)
+            message += hints.hint(error["loc"])
         if loc and loc[-1] == "policy" and message.startswith(_STEP_MESSAGES):
             continue  # each bad step is reported at its own line by _policy_problems
         found.append((loc, message))
@@ -214,10 +218,8 @@ def _mcp_reference_problems(data: Mapping[str, Any]) -> list[tuple[Location, str
 
 
 def _unknown_deployment(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
     listed = ", ".join(known) if known else "none"
-    return f"no deployment is named {name!r} (deployments: {listed}){hint}"
+    return f"no deployment is named {name!r} (deployments: {listed}){did_you_mean(name, known)}"
 
 
 def _policy_problems(data: Mapping[str, Any]) -> list[tuple[Location, str]]:

@@ -205,7 +205,7 @@ class LoopGuardSettings(BaseModel):
 
 class SessionSettings(BaseModel):
     """``sessions:``: what one agent session may use, for every key (a key's own session
-    limits win). A session is one conversation of one key (see the README, Sessions)."""
+    limits win). A session is one conversation of one key (see docs/state-and-keys.md, Sessions)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -37,6 +37,7 @@ from litestar.datastructures import Cookie
 from litestar.params import FromPath
 
 from gateway.admission.keys import KeyRing
+from gateway.http.uicharts import charts, legend, svg
 from gateway.http.uidata import StatusData
 from gateway.http.uisession import (
     Session,
@@ -96,6 +97,8 @@ class StatusPage:
         self.templates.filters["num"] = _num
         self.templates.filters["clock"] = _clock
         self.templates.filters["pct"] = _pct
+        self.templates.filters["chart_svg"] = svg
+        self.templates.filters["chart_legend"] = legend
 
     def render(self, template: str, **values: Any) -> bytes:
         return self.templates.get_template(template).render(**values).encode()
@@ -155,7 +158,12 @@ async def _values(request: Request[Any, Any, Any], access: _Access) -> dict[str,
     snapshot = await _page(request).data.snapshot(
         app.gateway, app.telemetry, app.services, admin=True, tools=getattr(app, "mcp", None)
     )
-    return {"s": snapshot, "open_mode": access.open_mode, "refresh_ms": REFRESH_MS}
+    return {
+        "s": snapshot,
+        "charts": charts(snapshot["history"]),
+        "open_mode": access.open_mode,
+        "refresh_ms": REFRESH_MS,
+    }
 
 
 def _html(body: bytes, status: int = 200, **headers: str) -> Response[bytes]:

@@ -3,8 +3,8 @@
 Deployments with their breaker and live figures (gateway-measured TTFT/TPOT, the engine's
 queue, slots, KV, rates and prefix hits), the public models and their policies, the memory
 plan of local deployments (worked out once per config, off the event loop), the last route
-decisions, and, for the master key only, every virtual key's use against its limits and
-budget.
+decisions, the last hour a minute at a time (:mod:`gateway.telemetry.history`), and, for
+the master key only, every virtual key's use against its limits and budget.
 """
 
 from __future__ import annotations
@@ -78,9 +78,13 @@ class StatusData:
         if tools is not None:
             snapshot["mcp_servers"] = mcp_servers(tools)
             snapshot["tool_calls"] = tools.accounting.last(RECENT_SHOWN)
+        names: dict[str, str] = {}
         if admin:
             snapshot["keys"] = await key_usage(services)
             snapshot["sessions"] = await session_usage(services)
+            names = {row["id"]: row["name"] for row in snapshot["keys"]}
+        telemetry.history.sample()
+        snapshot["history"] = telemetry.history.series(names)
         return snapshot
 
     async def _memory(self, gateway: Gateway) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ BACKOFF_MAX_S = 30.0
 STABLE_S = 10.0
 """A connection that lived this long resets the back-off."""
 MAX_LIST_PAGES = 50
+_STDIO_ENDED = "its process ended before the MCP handshake"
 CLIENT_INFO = mcp_types.Implementation(name="shunter", version="1")
 
 
@@ -163,8 +164,7 @@ class Upstream:
             if self._task is None or self._stop.is_set():
                 raise ToolServerError(f"MCP server '{self.name}' is not running.")
             if self._failure is not None and not self._connected.is_set():
-                said = self._redactor.for_client(self._failure)
-                raise ToolServerError(f"MCP server '{self.name}' is unreachable: {said}")
+                raise ToolServerError(f"MCP server '{self.name}' {self._down()}")
             await self._attempted.wait()
         return self._client
 
@@ -200,7 +200,8 @@ class Upstream:
                 await self._lost.wait()
                 self._failure = self._failure or "the connection was lost"
         except Exception as exc:  # whatever failed, the supervisor tries again later
-            self._failure = _describe(exc)
+            stdio = isinstance(self.settings, StdioServer)
+            self._failure = _STDIO_ENDED if stdio and _closed(exc) else _describe(exc)
         finally:
             self._client = None
             self._connected.clear()
@@ -225,6 +226,14 @@ class Upstream:
     async def _on_message(self, message: object) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._tools = None
+
+    def _down(self) -> str:
+        """Why the last connect failed, as a client reads it after the server's name (the
+        operator's credentials for it taken out)."""
+        said = self._redactor.for_client(self._failure or "no connection yet")
+        if isinstance(self.settings, StdioServer):  # each connect starts the process anew
+            return f"failed to start: {said} (its stderr is in the gateway's log)"
+        return f"is unreachable: {said}"
 
     def _exited(self) -> None:
         self._failure = "the server process exited"
@@ -278,6 +287,13 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:  # e.g. the command does not exist
         return f"{type(exc).__name__}: {_clip(exc.strerror)}"
     return type(exc).__name__
+
+
+def _closed(exc: BaseException) -> bool:
+    """Whether a connect failed because the other end closed the connection."""
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _closed(exc.exceptions[0])
+    return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
 
 
 def _clip(text: str, limit: int = 300) -> str:

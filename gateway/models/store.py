@@ -23,6 +23,7 @@ import ipaddress
 import json
 import os
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -333,6 +334,10 @@ def download(
             except httpx.TransportError as exc:
                 if attempt == retries:
                     have = part.stat().st_size if part.exists() else 0
+                    kept = f"{have} bytes kept in {part}: " if have else ""
+                    if isinstance(exc, httpx.ConnectError):  # no transfer began: nothing cut
+                        raise PullError(f"{_unreachable(url, exc)}; {kept}run the same pull "
+                                        "again once it is reachable") from None  # fmt: skip
                     raise PullError(
                         f"download of {url} interrupted ({type(exc).__name__}: {exc}); "
                         f"{have} bytes kept in {part}: run the same pull again to resume"
@@ -342,6 +347,22 @@ def download(
         part.unlink(missing_ok=True)
         raise PullError(f"{problem}; the download was discarded")
     return state
+
+
+def _unreachable(url: str, exc: Exception) -> str:
+    """Why a connection to ``url``'s host was never made, in words that say where to look."""
+    import httpx
+
+    host = httpx.URL(url).host
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, socket.gaierror):
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+        return (
+            f"cannot reach {host}: its name does not resolve ({cause.strerror or cause}): "
+            "a network or DNS failure, or a misspelt host name"
+        )
+    return f"cannot connect to {host} ({exc})"
 
 
 def _fetch(

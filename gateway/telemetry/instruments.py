@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from backends.base import Backend
 from gateway.telemetry.collectors import LiveCollector
 from gateway.telemetry.exporters import tracer_provider
+from gateway.telemetry.history import History, engine_figures
 from gateway.telemetry.recent import RecentDecisions
 from gateway.telemetry.tracing import RequestTrace, deciding_step
 
@@ -56,7 +57,7 @@ _STOP_REASONS = ("budget", "tokens", "loop")
 
 
 class Telemetry:
-    """The app's metrics registry, tracer and recent route decisions."""
+    """The app's metrics registry, tracer, recent route decisions and last hour."""
 
     def __init__(self, span_exporter: SpanExporter | None = None) -> None:
         self.registry = CollectorRegistry()
@@ -124,6 +125,7 @@ class Telemetry:
             registry=self.registry,
         )
         self.recent = RecentDecisions()
+        self.history = History()
         self.models: frozenset[str] = frozenset()
         self._series: dict[tuple[str, str, str], _Series] = {}
         self.tracer_provider: TracerProvider | None = None
@@ -160,6 +162,7 @@ class Telemetry:
         cause and its probes by result (``breakers``: the dispatcher's circuit breakers,
         which keep those tallies)."""
         self.registry.register(LiveCollector(backends, breakers))
+        self.history.sampler = lambda: engine_figures(backends().values())
 
     def model_label(self, model: object) -> str:
         """``model`` if the config serves that public name, else ``unknown``."""
@@ -180,6 +183,7 @@ class Telemetry:
         tried = traced.tried if traced is not None else None
         deployment = str(answered or tried or NO_DEPLOYMENT)
         self.requests.labels(operation, model, deployment, str(status)).inc()
+        self.history.add(facts, model, status, duration_s)
         stop = facts.get("session_stop")
         if stop in _STOP_REASONS:
             self.session_stops.labels(stop).inc()

@@ -80,9 +80,11 @@ def test_claude_code_connects_to_mcp_with_the_readme_recipe(
 
 
 def readme_codex_add(base_url: str) -> list[str]:
-    """The arguments of the README's ``codex mcp add`` line, with the gateway at ``base_url``."""
-    found = re.search(r"^codex (mcp add .*)$", (REPO / "README.md").read_text(), re.M)
-    assert found, "README.md has no codex mcp add recipe"
+    """The arguments of the documented ``codex mcp add`` line, with the gateway at ``base_url``."""
+    found = re.search(
+        r"^codex (mcp add .*)$", (REPO / "docs" / "agent-clients.md").read_text(), re.M
+    )
+    assert found, "docs/agent-clients.md has no codex mcp add recipe"
     return shlex.split(found.group(1).replace("http://localhost:8000", base_url))
 
 

@@ -31,7 +31,7 @@ from gateway.hosted.toolset import (
     Toolset,
     listed_tool,
 )
-from gateway.mcp.hub import ToolHub, qualified_name
+from gateway.mcp.hub import ToolHub, ToolServerError, qualified_name
 from gateway.protocol.chat import ToolCall
 from gateway.protocol.responses import (
     FunctionTool,
@@ -221,6 +221,8 @@ def _with_choice(body: ResponsesRequest, toolset: Toolset) -> ResponsesRequest:
                 "tool_choice names an MCP server that is not among tools.",
                 param="tool_choice.server_label",
             )
+        if server.failure is not None:  # the cause, not "offers no tool"
+            raise ToolServerError(server.failure, param=server.where)
         if not isinstance(name, str):
             return body.model_copy(update={"tool_choice": "required"})
         flat = qualified_name(server.label, name)

@@ -13,6 +13,7 @@ import pytest
 
 from gateway.cli.main import _parser
 from gateway.http.edge import EdgeLimits
+from tests.conftest import start_server, stop_server
 
 NO_KEYS = {
     k: v for k, v in os.environ.items() if k not in ("SHUNTER_MASTER_KEY", "SHUNTER_REDIS_URL")
@@ -31,6 +32,40 @@ def test_a_non_loopback_bind_without_keys_is_refused(command: str, tiny_model: P
     assert done.returncode == 2
     assert "refusing to serve 0.0.0.0 without API keys" in done.stderr
     assert "--allow-open" in done.stderr and "SHUNTER_MASTER_KEY" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_a_taken_port_is_refused_before_the_model_loads(
+    command: str, tiny_model: Path, gateway_config: Path
+) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        args = (
+            ["--model", str(tiny_model)]
+            if command == "worker"
+            else ["--config", str(gateway_config)]
+        )
+        done = shunter(command, *args, "--port", str(port))
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert f"another process holds port {port}" in done.stderr
+    assert "--port" in done.stderr
+    assert "model_loaded" not in done.stderr and "gateway_ready" not in done.stderr
+
+
+def test_a_free_port_is_held_while_the_model_loads(gateway_config: Path, tmp_path: Path) -> None:
+    """The gateway says where it listens before it loads, and answers there once ready."""
+    server = start_server(gateway_config, tmp_path / "server.log")
+    try:
+        lines = server.log().splitlines()
+        listening = next(i for i, line in enumerate(lines) if '"listening"' in line)
+        loaded = next(i for i, line in enumerate(lines) if '"model_loaded"' in line)
+        assert listening < loaded
+        assert server.base_url in lines[listening]
+    finally:
+        stop_server(server)
 
 
 def test_worker_allow_open_warns_that_it_is_open(tiny_model: Path) -> None:

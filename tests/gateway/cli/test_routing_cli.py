@@ -108,6 +108,23 @@ def test_plan_fails_when_a_model_cannot_be_read(
     assert err.count("\n") == 1
 
 
+def test_route_says_a_local_model_cannot_be_read(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "route.yaml"
+    path.write_text(
+        "deployments:\n"
+        "  - {name: gone, backend: llamacpp, model: ./missing.gguf}\n"
+        f"  - {{name: fine, backend: llamacpp, model: '{tiny_model}'}}\n"
+        "models:\n  m: {candidates: [gone, fine]}\n"
+    )
+    assert main(["route", "--config", str(path), "--model", "m"]) == 1
+    out, err = capsys.readouterr()
+    assert "route: gone" in out  # the decision is still explained
+    assert err.startswith("error: deployment 'gone': llamacpp: cannot read model: ")
+    assert "./missing.gguf" in err and err.count("\n") == 1
+
+
 def test_the_default_plan_is_smollm2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan"]) == 0
     out = capsys.readouterr().out

@@ -62,6 +62,35 @@ def test_unknown_key_names_line_and_field(tmp_path: Path) -> None:
     assert "Extra inputs are not permitted" in message
 
 
+@pytest.mark.parametrize(
+    ("section", "line", "field", "meant"),
+    [
+        ("    n_ctxx: 9\n", 6, "deployments.0.n_ctxx", "n_ctx"),  # in the chosen backend's keys
+        ("    fallbak: true\n", 9, "models.chat.fallbak", "fallback"),
+        ("reliabilty: {retries: 1}\n", 9, "reliabilty", "reliability"),
+        ("http: {send_timeout: 3}\n", 9, "http.send_timeout", "send_timeout_s"),
+        ("mcp: {servers: {x: {command: [a], toolz: [b]}}}\n", 9, "mcp.servers.x.toolz", "tools"),
+    ],
+)
+def test_a_misspelt_key_gets_the_key_it_was_meant_to_be(
+    tmp_path: Path, section: str, line: int, field: str, meant: str
+) -> None:
+    text = VALID + section if not section.startswith("    ") else _insert(VALID, section, line)
+    message = only_issue(write(tmp_path, text))
+    assert message.startswith(f"{tmp_path / 'shunter.yaml'}:{line}: {field}: "), message
+    assert message.endswith(f"did you mean {meant!r}?"), message
+
+
+def _insert(text: str, line_text: str, line: int) -> str:
+    lines = text.splitlines(keepends=True)
+    return "".join([*lines[: line - 1], line_text, *lines[line - 1 :]])
+
+
+def test_a_key_like_no_other_gets_no_guess(tmp_path: Path) -> None:
+    message = only_issue(write(tmp_path, VALID + "zzzzzz: 1\n"))
+    assert "did you mean" not in message
+
+
 def test_unknown_backend_kind(tmp_path: Path) -> None:
     path = write(tmp_path, VALID.replace("backend: llamacpp", "backend: teleport"))
     assert only_issue(path).startswith(f"{path}:3: deployments.0.backend: ")
@@ -74,6 +103,7 @@ def test_bad_policy_step_names_the_step(tmp_path: Path) -> None:
     message = only_issue(write(tmp_path, text))
     assert message.startswith(f"{tmp_path / 'shunter.yaml'}:9: models.chat.policy.1: ")
     assert "fastets" in message
+    assert message.endswith("did you mean 'fastest'?")
 
 
 def test_unknown_candidate(tmp_path: Path) -> None:
@@ -151,7 +181,8 @@ def test_every_problem_comes_out_at_its_line_in_one_pass(tmp_path: Path) -> None
         "remote); did you mean 'local'?",
         "13: models.chat.policy.1: step 1 (fastets): unknown primitive 'fastets' (known: "
         "affinity, cached_prefix, capable, cheapest, fastest, first, fits_memory, healthy, "
-        "largest, least_loaded, size, slo, smallest, weighted, within_budget, hedge)",
+        "largest, least_loaded, size, slo, smallest, weighted, within_budget, hedge); "
+        "did you mean 'fastest'?",
         "13: models.chat.policy.2: step 2 (slo): ttft_ms: Input should be a valid number, "
         "unable to parse string as a number",
         "17: models.other.candidates.1: no deployment is named 'gone' (deployments: local, remote)",

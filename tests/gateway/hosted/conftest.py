@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +71,10 @@ def smollm2() -> Path | None:
     return path if path.is_file() else None
 
 
+CRASHING = [sys.executable, "-c", "import sys; sys.exit('cannot open clock.db')"]
+"""A stdio MCP server that fails to start."""
+
+
 def _config(model: Path, web: HttpToolServer) -> dict[str, object]:
     common = {"backend": "llamacpp", "n_ctx": 4096, "threads": 1, "parallel": 2}
     deployments = [{"name": "tiny-local", "model": str(model), **common}]
@@ -87,6 +92,8 @@ def _config(model: Path, web: HttpToolServer) -> dict[str, object]:
                 "local": {"command": stdio_command(), "timeout_s": 20},
                 "web": {"url": web.url, "timeout_s": 20},
                 "gone": {"url": nowhere, "timeout_s": 2},
+                # a command that ends at once, saying why on its stderr
+                "crashing": {"command": CRASHING, "timeout_s": 20},
             }
         },
         "hosted": {

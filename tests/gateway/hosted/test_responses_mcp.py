@@ -231,6 +231,34 @@ def test_a_dead_server_is_a_failed_listing(gateway: Server, keys: dict[str, str]
     assert "'gone'" in listing.error  # the server is named (it fails within its timeout_s)
 
 
+def test_a_server_that_fails_to_start_is_named_with_the_cause(
+    gateway: Server, keys: dict[str, str]
+) -> None:
+    crashing = {"type": "mcp", "server_label": "crashing", "require_approval": "never"}
+    answer = httpx.post(
+        f"{gateway.api}/responses",
+        json={
+            "model": "tiny",
+            "input": "What time is it?",
+            "max_output_tokens": 8,
+            "tools": [LOCAL, crashing],
+            "tool_choice": {"type": "mcp", "server_label": "crashing", "name": "now"},
+        },
+        headers={"Authorization": f"Bearer {keys['full']}"},
+        timeout=120,
+    )
+    assert answer.status_code == 502, answer.text
+    error = answer.json()["error"]
+    assert error["message"].startswith("MCP server 'crashing' failed to start: "), error
+    assert "ended before the MCP handshake" in error["message"]
+    assert error["param"] == "tools[1].server_label"
+    # without a forced tool, the listing item carries the same cause
+    listing = _create(gateway, keys["full"], tools=[crashing])["output"][0]
+    assert listing["type"] == "mcp_list_tools" and listing["tools"] == []
+    assert listing["error"].startswith("MCP server 'crashing' failed to start: ")
+    assert "cannot open clock.db" in gateway.log()  # the process's own words: the log's
+
+
 def test_web_search_runs_through_the_configured_stand_in(
     gateway: Server, keys: dict[str, str]
 ) -> None:

@@ -105,8 +105,12 @@ class Page:
             await asyncio.sleep(0.1)
         raise AssertionError(f"never true within {timeout_s}s: {expression}")
 
-    async def screenshot(self, path: Path) -> None:
-        shot = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    async def screenshot(self, path: Path, clip: dict[str, float] | None = None) -> None:
+        """The whole page as a PNG at ``path``, or only ``clip`` (x, y, width, height)."""
+        extra: dict[str, Any] = {"clip": {**clip, "scale": 1}} if clip else {}
+        shot = await self.call(
+            "Page.captureScreenshot", format="png", captureBeyondViewport=True, **extra
+        )
         path.write_bytes(base64.b64decode(shot["data"]))
 
     async def close(self) -> None:

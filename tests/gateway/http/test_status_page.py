@@ -5,7 +5,10 @@ Chromium signs in, sees the deployments, and sees a request appear without reloa
 Without keys the page is open (to whom the open-mode guard lets in), and escapes what
 clients sent.
 
-``SHUNTER_UI_SCREENSHOT=path.png`` keeps the browser's screenshot there (the README's)."""
+The browser's screenshots are kept: the whole page as ``status.png`` and the charts of the
+last hour as ``status-charts.png``, in the test's pytest folder, or where
+``SHUNTER_UI_SCREENSHOT=path.png`` says (the documentation's picture), with the charts beside
+it as ``path-charts.png``."""
 
 from __future__ import annotations
 
@@ -19,14 +22,16 @@ import httpx
 import pytest
 
 from gateway.admission.keys import KeyRing
+from gateway.http.uicharts import BOTTOM, HEIGHT
 from gateway.state.redis import RedisStateStore
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.fault_upstream import FaultUpstream
-from tests.gateway.http.chromium import chromium
+from tests.gateway.http.chromium import Page, chromium
 from tests.redis_server import RedisServer, start_redis
 
 MASTER = "sk-master-status-page"
 HELLO = [{"role": "user", "content": "hi"}]
+FLOOR = HEIGHT - BOTTOM  # a chart's zero line, in its SVG's units
 
 
 @pytest.fixture(scope="module")
@@ -181,9 +186,40 @@ async def test_a_browser_signs_in_and_watches_requests_arrive(
         assert float(ttft.replace(",", "")) > 0
         assert await page.wait_for("document.querySelector('#keys tr[data-key]') !== null")
         await page.wait_for("document.getElementById('refresh-state').textContent === 'live'")
+        box = await _the_last_hour_is_charted(page)
         shot = Path(os.environ.get("SHUNTER_UI_SCREENSHOT") or tmp_path / "status.png")
         await page.screenshot(shot)
         assert shot.stat().st_size > 10_000
+        charts = shot.with_name(f"{shot.stem}-charts.png")  # kept beside the page's
+        await page.screenshot(charts, clip=box)
+        assert charts.stat().st_size > 5_000
+
+
+async def _the_last_hour_is_charted(page: Page) -> dict[str, float]:
+    """The charts drew this minute's requests, tokens, latency and spend, in the page's own
+    markup (nothing loaded from another origin); the box they fill on the page."""
+    assert await page.evaluate("document.querySelectorAll('#history figure.chart svg').length") == 8
+    for chart, series in (
+        ("requests", "requests"), ("tokens", "output"), ("latency", "p95"),
+        ("spend-model", "chat"), ("spend-key", "team-a"),
+    ):  # fmt: skip
+        line = f"document.querySelector('#chart-{chart} polyline[data-series=\"{series}\"]')"
+        # a line that rose above the chart's floor this minute (y grows downwards)
+        rose = (
+            f"{line} && (ys => Math.min(...ys) < {FLOOR})({line}.getAttribute('points').trim()"
+            ".split(' ').map(p => Number(p.split(',')[1])))"
+        )
+        assert await page.wait_for(rose), (chart, series)
+    drawn = "document.querySelector('#chart-requests svg').getBoundingClientRect().height"
+    assert await page.evaluate(drawn) > 60
+    assert await page.evaluate(
+        "performance.getEntriesByType('resource').every(e => e.name.startsWith(location.origin))"
+    )
+    box: dict[str, float] = await page.evaluate(
+        "(r => ({x: r.x, y: r.y + window.scrollY, width: r.width, height: r.height}))"
+        "(document.getElementById('history').getBoundingClientRect())"
+    )
+    return box
 
 
 @pytest.fixture(scope="module")

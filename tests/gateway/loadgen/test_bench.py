@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -239,6 +241,26 @@ def test_cli_refuses_bad_plans(
 ) -> None:
     assert main(["bench", "--url", "http://127.0.0.1:9", "--model", "m", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_cli_says_how_far_it_is_while_it_runs(upstream: FaultUpstream) -> None:
+    """Not on a terminal (a pipe, a log), each level's progress comes as plain lines."""
+    argv = ["bench", "--url", upstream.url, "--model", "m", "--concurrency", "1"]
+    argv += ["--duration", "12", "--prompt-tokens", "4", "--output-tokens", "3"]
+    command = [sys.executable, "-m", "gateway.cli", *argv]
+    bench = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert bench.stderr is not None
+        first = bench.stderr.readline()
+        running = bench.poll() is None  # the level lasts 12 s: this line came before its end
+        _, rest = bench.communicate(timeout=120)
+    finally:
+        bench.kill()
+    assert running and first.startswith("c=1: started (up to 12 s)"), first
+    lines = rest.splitlines()
+    assert any(re.fullmatch(r"c=1: \d+ done, 0 errors, \d+ s", line) for line in lines), rest
+    assert re.fullmatch(r"c=1: finished, \d+ done, 0 errors, \d+ s", lines[-1]), rest
+    assert bench.returncode == 0
 
 
 def test_cli_all_failed_exits_1(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -156,6 +157,28 @@ def test_interrupted_pull_resumes(cache: ModelCache, origin: str, files: Files) 
     assert hashlib.sha256(result.model.path.read_bytes()).hexdigest() == files.sha256
     assert result.model.sha256 == files.sha256
     assert not part.exists()
+
+
+def test_a_host_whose_name_does_not_resolve_is_not_an_interrupted_pull(
+    cache: ModelCache,
+) -> None:
+    # .invalid never resolves (RFC 2606), with or without a network
+    with pytest.raises(PullError) as refused:
+        cache.pull("https://models.example.invalid/tiny.gguf", retries=0)
+    message = str(refused.value)
+    assert message.startswith("cannot reach models.example.invalid: its name does not resolve")
+    assert "network or DNS failure" in message and "interrupted" not in message
+    assert not cache.root.exists() or list(cache.root.iterdir()) == []
+
+
+def test_a_refused_connection_is_not_an_interrupted_pull(cache: ModelCache) -> None:
+    with socket.socket() as unused:  # bound, never listening: connections are refused
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+        with pytest.raises(PullError) as refused:
+            cache.pull(f"http://127.0.0.1:{port}/tiny.gguf", retries=0)
+    assert str(refused.value).startswith("cannot connect to 127.0.0.1 (")
+    assert "interrupted" not in str(refused.value)
 
 
 def test_dropped_transfer_is_retried_within_one_pull(
