@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 from gateway.admission.admit import Admission
 from gateway.admission.cache import ResponseCache
 from gateway.admission.keys import KeyInfo
-from gateway.admission.sessions import SessionHint
+from gateway.admission.sessions import SessionHint, SessionId
 from gateway.dispatch import Form, Gateway, HostedLoop, Plan, Sending, ServedStream
 from gateway.dispatch.work import Routable
 from gateway.errors import GatewayError, InvalidRequestError
@@ -127,13 +127,15 @@ class Decoded:
 class Outcome:
     """What the spine got for a decoded call: a whole ``answer`` (from a deployment, or
     the cache when ``cached``), or the ``stream`` dispatch opened; what the deployment was
-    sent; the headers the spine adds (which deployment and why, the limits left)."""
+    sent; the headers the spine adds (which deployment and why, the limits left); the
+    session the call was admitted in (an API that stores turns keeps it with them)."""
 
     answer: Any = None
     stream: ServedStream | None = None
     cached: bool = False
     sending: Sending | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    session: SessionId | None = None
 
 
 @dataclass

@@ -31,7 +31,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admission.admit import AdmissionTicket
 from gateway.admission.session_limits import SessionStoppedError
-from gateway.admission.sessions import session_header, session_of
+from gateway.admission.sessions import SessionId, session_header, session_of
 from gateway.apis.contract import Codec, Conversation, Decoded, Exchange, Outcome, Reply
 from gateway.dispatch import ServedStream, Work, describe_request
 from gateway.errors import GatewayError
@@ -46,17 +46,24 @@ _TEXT = frozenset({"text"})  # what every deployment reads
 
 class Admitted:
     """One admitted call on its way through dispatch: the exchange it came in, the API's
-    decoded call, the one description admission and routing read, and its ticket."""
+    decoded call, the one description admission and routing read, its ticket, and the
+    session it was admitted in."""
 
-    __slots__ = ("decoded", "exchange", "facts", "stream", "ticket")
+    __slots__ = ("decoded", "exchange", "facts", "session", "stream", "ticket")
 
     def __init__(
-        self, exchange: Exchange, decoded: Decoded, facts: RequestFacts, ticket: AdmissionTicket
+        self,
+        exchange: Exchange,
+        decoded: Decoded,
+        facts: RequestFacts,
+        ticket: AdmissionTicket,
+        session: SessionId | None = None,
     ) -> None:
         self.exchange = exchange
         self.decoded = decoded
         self.facts = facts
         self.ticket = ticket
+        self.session = session
         self.stream: ServedStream | None = None
         """The stream dispatch opened for it, once it did."""
 
@@ -134,7 +141,7 @@ async def admit(exchange: Exchange, decoded: Decoded) -> Admitted:
         raise decoded.rename(exc) from None
     except GatewayError as exc:
         raise decoded.rename(exc) from None
-    return Admitted(exchange, decoded, facts, ticket)
+    return Admitted(exchange, decoded, facts, ticket, session)
 
 
 async def answer(admitted: Admitted, encoder: Encoder) -> Reply:
@@ -144,6 +151,7 @@ async def answer(admitted: Admitted, encoder: Encoder) -> Reply:
     admission, ticket = admitted.exchange.services.admission, admitted.ticket
     try:
         outcome = await _outcome(admitted)
+        outcome.session = admitted.session
         return await encoder.encode(admitted.decoded, outcome)
     except BaseException as exc:
         if ticket.deployment is None:

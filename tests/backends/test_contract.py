@@ -148,13 +148,11 @@ def test_each_backend_says_what_it_answers() -> None:
     openai = OpenAICompatBackend(OpenAICompatSettings(backend="openai", **common))
     anthropic = AnthropicBackend(AnthropicSettings(backend="anthropic", **common))
     vllm = VLLMBackend(VLLMSettings(backend="vllm", **common))
-    flags = [
-        (b.capabilities.chat_stream_raw, b.capabilities.native_messages)
-        for b in (openai, anthropic, vllm)
-    ]
-    assert flags == [(True, False), (False, True), (True, False)]
-    for backend in (openai, anthropic, vllm):
-        for method in ("chat_stream_raw", "messages"):
-            overridden = getattr(type(backend), method) is not getattr(Backend, method)
-            flag = "chat_stream_raw" if method == "chat_stream_raw" else "native_messages"
-            assert overridden == getattr(backend.capabilities, flag), (type(backend), method)
+    backends: list[Backend] = [openai, anthropic, vllm]
+    flags = [(b.capabilities.chat_stream_raw, b.capabilities.native_apis) for b in backends]
+    assert flags == [(True, frozenset()), (False, {"messages"}), (True, frozenset())]
+    for backend in backends:
+        raw = getattr(type(backend), "chat_stream_raw") is not getattr(Backend, "chat_stream_raw")
+        assert raw == backend.capabilities.chat_stream_raw, type(backend)
+        native = getattr(type(backend), "native") is not getattr(Backend, "native")
+        assert native == bool(backend.capabilities.native_apis), type(backend)

@@ -143,7 +143,10 @@ def session_hint(call: ResponsesCall) -> SessionHint | None:
 
 
 async def encode(call: ResponsesCall, stream: bool, outcome: Outcome) -> Reply:
-    """The reply to a call: its response (stored), or its events."""
+    """The reply to a call: its response (stored, with the session it was admitted in),
+    or its events."""
+    if outcome.session is not None:
+        call.session = {"id": outcome.session.id, "label": outcome.session.label}
     headers = outcome.headers | dropped_header(call)
     if outcome.stream is not None:
         return Reply(headers=headers, frames=events(call, outcome.stream))

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.admission.admit import Admission, RequestFacts
+from gateway.admission.admit import Admission
 from gateway.admission.cache import ResponseCache
 from gateway.admission.keys import KeyRing
 from gateway.admission.limits import Budgets, Limiter, LimitExceededError, RateLimit
@@ -21,7 +21,10 @@ from gateway.config import CacheRule
 from gateway.errors import ServiceUnavailableError
 from gateway.protocol import ChatCompletion, ChatCompletionRequest, Usage
 from gateway.state.redis import RedisStateStore
+from policies import RequestFacts
 from tests.redis_server import RedisServer
+
+ONE = RequestFacts(prompt_tokens=1, max_tokens=1)  # one token in, one out
 
 PROBE_S = 0.1
 
@@ -88,16 +91,16 @@ async def test_admission_keeps_serving_keys_without_budgets_during_an_outage(
     plain, _ = await gate.keys.create("plain", rpm=100)
     paid, _ = await gate.keys.create("paid", budget_usd=10)
     for secret in (plain, paid):  # both known (cached) before the outage
-        await gate.settle(await gate.admit(RequestFacts("m", f"Bearer {secret}", 1, 1)), None)
+        await gate.settle(await gate.admit("m", ONE, await gate.authenticate(f"Bearer {secret}")), None)
 
     own_redis.stop()
-    ticket = await gate.admit(RequestFacts("m", f"Bearer {plain}", 1, 1))
+    ticket = await gate.admit("m", ONE, await gate.authenticate(f"Bearer {plain}"))
     assert ticket.key_grant is not None and ticket.key_grant.local
     assert gate.headers(ticket)["x-ratelimit-limit-requests"] == "100"
     await gate.admit_deployment(ticket, "d")
     await gate.settle(ticket, Usage.of(1, 1))
     with pytest.raises(ServiceUnavailableError):
-        await gate.admit(RequestFacts("m", f"Bearer {paid}", 1, 1))
+        await gate.admit("m", ONE, await gate.authenticate(f"Bearer {paid}"))
 
     cache = ResponseCache(store, {"m": CacheRule()})
     request = ChatCompletionRequest.model_validate(

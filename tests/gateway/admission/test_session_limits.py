@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backends.base import Price
-from gateway.admission.admit import Admission, RequestFacts
+from gateway.admission.admit import Admission
 from gateway.admission.keys import KeyInfo, KeyRing, KeySessionLimits
 from gateway.admission.limits import Budgets, Limiter
 from gateway.admission.session_limits import SessionGuard, SessionLimits, SessionStoppedError
@@ -14,8 +14,8 @@ from gateway.admission.sessions import SessionId, session_of
 from gateway.config import ModelRoute, SessionSettings
 from gateway.errors import RateLimitError
 from gateway.protocol import Usage
-from gateway.protocol.repeats import ToolRepeat
 from gateway.state import StateStore
+from policies import RequestFacts
 
 PRICE = Price(input_per_1m=0.0, output_per_1m=1000.0)  # $0.001 an output token
 SETTINGS = SessionSettings.model_validate({"budget_usd": 0.05, "loop_guard": {"repeats": 3}})
@@ -33,9 +33,10 @@ def admission(store: StateStore) -> Admission:
     )
 
 
-def facts(repeat: ToolRepeat | None = None) -> RequestFacts:
-    """10 prompt tokens, 20 output tokens at most: $0.02 at worst."""
-    return RequestFacts("m", None, 10, 20, tool_repeat=repeat)
+def facts(repeat: tuple[str, int] | None = None) -> RequestFacts:
+    """10 prompt tokens, 20 output tokens at most: $0.02 at worst; ``repeat``: the tool call
+    the conversation ends repeating, and how many times in a row."""
+    return RequestFacts(prompt_tokens=10, max_tokens=20, tool_repeat=repeat)
 
 
 def session(key: KeyInfo, name: str) -> SessionId:
@@ -50,16 +51,16 @@ async def test_a_session_is_refused_past_its_budget_and_freed_by_settling(
     gate = admission(store)
     key = KeyInfo.of((await gate.keys.create("ci"))[1])
     one = session(key, "agent-1")
-    tickets = [await gate.admit(facts(), key, one) for _ in range(2)]
+    tickets = [await gate.admit("m", facts(), key, one) for _ in range(2)]
     with pytest.raises(SessionStoppedError) as refused:
-        await gate.admit(facts(), key, one)
+        await gate.admit("m", facts(), key, one)
     assert refused.value.code == "session_budget_exceeded"
     assert refused.value.should_retry  # held by requests in flight, not spent
     await gate.admit_deployment(tickets[0], "up")
     await gate.settle(tickets[0], Usage(prompt_tokens=10, completion_tokens=5))  # $0.005
-    third = await gate.admit(facts(), key, one)
+    third = await gate.admit("m", facts(), key, one)
     assert third.session_id == one.id
-    await gate.admit(facts(), key, session(key, "agent-2"))  # another session goes on
+    await gate.admit("m", facts(), key, session(key, "agent-2"))  # another session goes on
 
 
 async def test_a_spent_session_is_refused_without_retry(store: StateStore) -> None:
@@ -67,11 +68,11 @@ async def test_a_spent_session_is_refused_without_retry(store: StateStore) -> No
     key = KeyInfo.of((await gate.keys.create("ci"))[1])
     one = session(key, "agent-1")
     for _ in range(2):
-        ticket = await gate.admit(facts(), key, one)
+        ticket = await gate.admit("m", facts(), key, one)
         await gate.admit_deployment(ticket, "up")
         await gate.settle(ticket, Usage(prompt_tokens=10, completion_tokens=20))
     with pytest.raises(SessionStoppedError) as refused:
-        await gate.admit(facts(), key, one)
+        await gate.admit("m", facts(), key, one)
     assert not refused.value.should_retry and refused.value.reason == "budget"
     assert "agent-1" in refused.value.message and "$0.05" in refused.value.message
 
@@ -79,24 +80,24 @@ async def test_a_spent_session_is_refused_without_retry(store: StateStore) -> No
 async def test_a_session_refusal_gives_back_the_key_rate(store: StateStore) -> None:
     gate = admission(store)
     key = KeyInfo.of((await gate.keys.create("ci", rpm=2))[1])
-    looping = ToolRepeat("read_file", 3)
+    looping = ("read_file", 3)
     for _ in range(5):
         with pytest.raises(SessionStoppedError) as refused:
-            await gate.admit(facts(looping), key, session(key, "loop"))
+            await gate.admit("m", facts(looping), key, session(key, "loop"))
         assert refused.value.code == "session_loop_detected"
     # the key's two requests a minute are all still there
-    await gate.admit(facts(), key, session(key, "a"))
-    await gate.admit(facts(), key, session(key, "b"))
+    await gate.admit("m", facts(), key, session(key, "a"))
+    await gate.admit("m", facts(), key, session(key, "b"))
     with pytest.raises(RateLimitError):
-        await gate.admit(facts(), key, session(key, "c"))
+        await gate.admit("m", facts(), key, session(key, "c"))
 
 
 async def test_the_loop_guard_counts_repeats_from_the_limit_on(store: StateStore) -> None:
     gate = admission(store)
     key = KeyInfo.of((await gate.keys.create("ci"))[1])
-    await gate.admit(facts(ToolRepeat("ls", 2)), key, session(key, "x"))
+    await gate.admit("m", facts(("ls", 2)), key, session(key, "x"))
     with pytest.raises(SessionStoppedError) as refused:
-        await gate.admit(facts(ToolRepeat("ls", 3)), key, session(key, "x"))
+        await gate.admit("m", facts(("ls", 3)), key, session(key, "x"))
     assert "'ls'" in refused.value.message and "3 times" in refused.value.message
 
 
@@ -113,7 +114,7 @@ async def test_without_a_session_nothing_is_held(store: StateStore) -> None:
     gate = admission(store)
     key = KeyInfo.of((await gate.keys.create("ci"))[1])
     for _ in range(5):
-        ticket = await gate.admit(facts(), key)
+        ticket = await gate.admit("m", facts(), key)
         assert ticket.session is None
 
 
@@ -123,10 +124,10 @@ async def test_a_session_token_cap_names_the_tokens(store: StateStore) -> None:
     key = KeyInfo.of((await gate.keys.create("ci", session=own))[1])
     assert key.session == own
     one = session(key, "tokens")
-    ticket = await gate.admit(facts(), key, one)  # 10 + 20 tokens held
+    ticket = await gate.admit("m", facts(), key, one)  # 10 + 20 tokens held
     await gate.admit_deployment(ticket, "up")
     await gate.settle(ticket, Usage(prompt_tokens=10, completion_tokens=20))
     with pytest.raises(SessionStoppedError) as refused:
-        await gate.admit(facts(), key, one)
+        await gate.admit("m", facts(), key, one)
     assert refused.value.reason == "tokens" and not refused.value.should_retry
     assert "limit of 50 tokens" in refused.value.message

@@ -8,10 +8,11 @@ import sys
 from asyncio.subprocess import PIPE
 from pathlib import Path
 
-from gateway.admission.admit import Admission, RequestFacts
+from gateway.admission.admit import Admission
 from gateway.admission.keys import KeyRing
 from gateway.admission.limits import Budgets, Limiter, LimitExceededError
 from gateway.state.redis import RedisStateStore
+from policies import RequestFacts
 from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,11 +25,12 @@ async def test_two_stores_in_one_process_share_the_limit_exactly(
     stores = [RedisStateStore.from_url(redis_server.url, prefix="t-two") for _ in range(2)]
     gates = [Admission(KeyRing(s), Limiter(s), Budgets(s)) for s in stores]
     secret, _ = await gates[0].keys.create("shared", rpm=RPM)
-    facts = RequestFacts("tiny", f"Bearer {secret}", 1, 1)
+    facts = RequestFacts(prompt_tokens=1, max_tokens=1)
+    key = await gates[0].authenticate(f"Bearer {secret}")
 
     async def attempt(gate: Admission) -> bool:
         try:
-            await gate.admit(facts)
+            await gate.admit("tiny", facts, key)
         except LimitExceededError:
             return False
         return True
