@@ -152,7 +152,7 @@ def test_each_backend_says_what_it_answers() -> None:
     flags = [(b.capabilities.chat_stream_raw, b.capabilities.native_apis) for b in backends]
     assert flags == [(True, frozenset()), (False, {"messages"}), (True, frozenset())]
     for backend in backends:
-        raw = getattr(type(backend), "chat_stream_raw") is not getattr(Backend, "chat_stream_raw")
+        raw = type(backend).chat_stream_raw is not Backend.chat_stream_raw
         assert raw == backend.capabilities.chat_stream_raw, type(backend)
-        native = getattr(type(backend), "native") is not getattr(Backend, "native")
+        native = type(backend).native is not Backend.native
         assert native == bool(backend.capabilities.native_apis), type(backend)

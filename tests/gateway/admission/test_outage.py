@@ -91,7 +91,8 @@ async def test_admission_keeps_serving_keys_without_budgets_during_an_outage(
     plain, _ = await gate.keys.create("plain", rpm=100)
     paid, _ = await gate.keys.create("paid", budget_usd=10)
     for secret in (plain, paid):  # both known (cached) before the outage
-        await gate.settle(await gate.admit("m", ONE, await gate.authenticate(f"Bearer {secret}")), None)
+        key = await gate.authenticate(f"Bearer {secret}")
+        await gate.settle(await gate.admit("m", ONE, key), None)
 
     own_redis.stop()
     ticket = await gate.admit("m", ONE, await gate.authenticate(f"Bearer {plain}"))
