@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from anthropic import Anthropic
 from openai import OpenAI
 
 from backends.gemini import GeminiBackend, GeminiSettings
@@ -59,6 +60,7 @@ def server(upstream: GeminiUpstream, tmp_path_factory: pytest.TempPathFactory) -
         "models:",
         "  gem: {candidates: [gem]}",
         "  thinker: {candidates: [thinker]}",
+        "  resumed: {candidates: [cut, gem], policy: [first]}",
         *(f"  {m}: {{candidates: [{m}], fallback: false}}" for m in FAILING),
     ]
     (folder / "config.yaml").write_text("\n".join(lines) + "\n")
@@ -89,6 +91,8 @@ def test_a_chat_request_is_answered_through_generate_content(
     assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (11, 12)
     assert reply.usage.prompt_tokens_details is not None
     assert reply.usage.prompt_tokens_details.cached_tokens == 3
+    assert reply.usage.completion_tokens_details is not None
+    assert reply.usage.completion_tokens_details.reasoning_tokens == 5
     seen = upstream.last()
     assert seen.path == "/v1beta/models/gemini-3-pro-preview:generateContent"
     assert seen.headers["x-goog-api-key"] == KEY and "authorization" not in seen.headers
@@ -173,6 +177,69 @@ def test_a_tool_round_trip_gives_gemini_its_thought_signature_back(
         {"name": "get_weather", "response": {"output": "4 degrees"}, "id": "fc_2"},
     ]
     assert problems(seen.body) == []
+
+
+def test_the_signature_survives_a_responses_client(
+    client: OpenAI, upstream: GeminiUpstream
+) -> None:
+    tool: Any = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": WEATHER["function"]["parameters"],
+    }
+    first = client.responses.create(model="gem", input="Weather in Paris?", tools=[tool])
+    made = [item for item in first.output if item.type == "function_call"]
+    assert [split(item.call_id) for item in made] == [("fc_1", SIGNATURE), ("fc_2", None)]
+    answers: Any = [
+        {"type": "function_call_output", "call_id": item.call_id, "output": "sunny"}
+        for item in made
+    ]
+    given: Any = [
+        {"role": "user", "content": "Weather in Paris?"},
+        *(item.model_dump(exclude_none=True) for item in made),
+        *answers,
+    ]
+    second = client.responses.create(model="gem", input=given, tools=[tool])
+    assert second.output_text == 'The tool said: {"output": "sunny"}'
+    parts = upstream.last().body["contents"][1]["parts"]
+    assert parts[0]["thoughtSignature"] == SIGNATURE and "thoughtSignature" not in parts[1]
+
+
+def test_the_signature_survives_a_messages_client(server: Server, upstream: GeminiUpstream) -> None:
+    tool: Any = {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}
+    with Anthropic(base_url=server.base_url, api_key="unused", max_retries=0) as sdk:
+        first = sdk.messages.create(model="gem", max_tokens=64, messages=HI, tools=[tool])
+        uses = [block for block in first.content if block.type == "tool_use"]
+        assert first.stop_reason == "tool_use" and split(uses[0].id) == ("fc_1", SIGNATURE)
+        results: Any = [
+            {"type": "tool_result", "tool_use_id": block.id, "content": "sunny"} for block in uses
+        ]
+        turns: Any = [
+            *HI,
+            {
+                "role": "assistant",
+                "content": [b.model_dump(exclude_none=True) for b in first.content],
+            },
+            {"role": "user", "content": results},
+        ]
+        second = sdk.messages.create(model="gem", max_tokens=64, messages=turns, tools=[tool])
+    assert second.content[0].type == "text"
+    assert second.content[0].text == 'The tool said: {"output": "sunny"}'
+    parts = upstream.last().body["contents"][1]["parts"]
+    assert parts[0]["thoughtSignature"] == SIGNATURE
+    assert [p["functionCall"]["id"] for p in parts] == ["fc_1", "fc_2"]
+
+
+def test_a_stream_cut_mid_way_is_resumed_on_a_gemini_deployment(
+    client: OpenAI, upstream: GeminiUpstream
+) -> None:
+    stream = client.chat.completions.create(model="resumed", messages=HI, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == "Hello from Gemini"
+    seen = upstream.last("streamGenerateContent")
+    assert seen.path.startswith("/v1beta/models/gemini-3-pro-preview:")
+    assert seen.body["contents"][-1]["role"] == "user"  # no prefill: a user turn continues
+    assert "Hello" in json.dumps(seen.body["contents"][-1])
 
 
 def test_usage_is_priced(client: OpenAI, server: Server) -> None:
