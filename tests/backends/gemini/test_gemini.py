@@ -19,6 +19,7 @@ from openai import OpenAI
 from backends.gemini import GeminiBackend, GeminiSettings
 from backends.gemini.calls import split
 from gateway.errors import StreamCutError, UpstreamError
+from gateway.protocol import ChatCompletionRequest
 from tests.backends.gemini.schema import problems
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.gemini_upstream import SIGNATURE, GeminiUpstream
@@ -338,6 +339,13 @@ async def test_native_token_counts_and_health(
     plain = b'{"contents": [{"parts": [{"text": "hi"}]}]}'
     assert await backend.count_native_tokens("gemini", plain) == 42
     assert upstream.last("countTokens").raw == plain
+    chat = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "system", "content": "Be brief."}, *HI]}
+    )
+    assert await backend.count_tokens(chat) == 42
+    counted = upstream.last("countTokens").body["generateContentRequest"]
+    assert counted["model"] == "models/gemini-x" and counted["systemInstruction"]
+    assert problems(upstream.last("countTokens").body, "CountTokensRequest") == []
     assert await backend.health(5.0) is True
     assert any(r.path == "/v1beta/models/gemini-x" for r in upstream.requests)
     await backend.aclose()
