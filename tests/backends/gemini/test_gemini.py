@@ -371,6 +371,12 @@ async def test_midstream_errors_and_refusals(
         cut = GeminiBackend(settings.model_copy(update={"model": "cut"}))
         await cut.start()
         [frame async for frame in cut.native_stream("gemini", NATIVE)]
+    chat = ChatCompletionRequest.model_validate({"model": "m", "messages": HI})
+    got: list[Any] = []
+    with pytest.raises(UpstreamError):
+        async for chunk in failing.chat_stream(chat):
+            got.append(chunk)
+    assert got[1].choices[0].delta.content == "Hello "  # what came before the error
     with pytest.raises(Exception, match="native messages"):
         await failing.native("messages", NATIVE)
     await failing.aclose()

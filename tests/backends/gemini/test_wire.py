@@ -54,23 +54,26 @@ def body(messages: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     return out
 
 
+CONVERSATION: Any = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "developer", "content": "Answer in French."},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+            {"type": "image_url", "image_url": {"url": "https://x.example/cat.jpg"}},
+            {"type": "input_audio", "input_audio": {"data": PNG, "format": "wav"}},
+        ],
+    },
+    {"role": "assistant", "content": "A cat."},
+    {"role": "user", "content": "Sure?"},
+]
+
+
 def test_the_request_maps_onto_generate_content() -> None:
     sent = body(
-        [
-            {"role": "system", "content": "Be brief."},
-            {"role": "developer", "content": "Answer in French."},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": "What is this?"},
-                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
-                    {"type": "image_url", "image_url": {"url": "https://x.example/cat.jpg"}},
-                    {"type": "input_audio", "input_audio": {"data": PNG, "format": "wav"}},
-                ],
-            },
-            {"role": "assistant", "content": "A cat."},
-            {"role": "user", "content": "Sure?"},
-        ],
+        CONVERSATION,
         temperature=0.2,
         top_p=0.9,
         max_completion_tokens=64,
@@ -190,7 +193,7 @@ def test_a_tool_round_trip_keeps_the_signature_and_names_the_response() -> None:
 
 
 def test_calls_from_elsewhere_get_the_documented_stand_in_signature() -> None:
-    history = [
+    history: Any = [
         {"role": "user", "content": "hi"},
         {
             "role": "assistant",
@@ -335,7 +338,7 @@ def test_a_blocked_prompt_is_an_empty_filtered_answer() -> None:
 
 def test_stream_events_become_chunks() -> None:
     translator = StreamTranslator("public")
-    events = [
+    events: Any = [
         {
             "candidates": [{"content": {"parts": [{"text": "Hmm", "thought": True}]}}],
             "responseId": "r",
