@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field
 
 from backends.http.settings import HTTPDeploymentSettings
+
+_VERSION = re.compile(r"gemini-(\d+)")
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 """What Google's documentation names for a function call whose thought signature was
@@ -34,8 +37,9 @@ class GeminiSettings(HTTPDeploymentSettings):
     thinking: Literal["level", "budget", "auto"] = Field(
         default="auto",
         description=(
-            "how reasoning_effort is sent: thinkingLevel (Gemini 3), thinkingBudget "
-            "(Gemini 2.5); auto: by the model's name"
+            "how reasoning_effort is sent: thinkingLevel (Gemini 3 and later), "
+            "thinkingBudget (Gemini 2.5, and Gemini 3 still takes it); auto: levels for a "
+            "model named gemini-<3 or more>, else budgets"
         ),
     )
     include_thoughts: bool = Field(
@@ -58,5 +62,5 @@ class GeminiSettings(HTTPDeploymentSettings):
         """Whether reasoning effort goes up as ``thinkingLevel`` (else ``thinkingBudget``)."""
         if self.thinking != "auto":
             return self.thinking == "level"
-        name = self.model.removeprefix("models/")
-        return not name.startswith(("gemini-2", "gemini-1"))
+        version = _VERSION.match(self.model.removeprefix("models/"))
+        return version is not None and int(version.group(1)) >= 3

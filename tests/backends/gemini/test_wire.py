@@ -236,6 +236,7 @@ def test_signatures_survive_the_call_id_byte_for_byte(signature: str) -> None:
         ("none", "gemini-3-flash-preview", {"thinkingLevel": "minimal"}),
         ("medium", "gemini-2.5-flash", {"thinkingBudget": 8192}),
         ("none", "models/gemini-2.5-flash", {"thinkingBudget": 0}),
+        ("low", "gemini-flash-latest", {"thinkingBudget": 1024}),  # an alias: budgets
     ],
 )
 def test_reasoning_effort_becomes_thinking_config(
