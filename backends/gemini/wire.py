@@ -264,10 +264,12 @@ def _function_response(
             param=f"messages[{i}].tool_call_id",
         )
     text = message.text()
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
+    value = None
+    if text.lstrip().startswith("{"):  # most tool output is plain text: no failed parse
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
     response: dict[str, Any] = {
         "name": name,
         "response": value if isinstance(value, dict) else {"output": text},
