@@ -38,7 +38,17 @@ WEATHER: Any = {
     },
 }
 HI: Any = [{"role": "user", "content": "Weather in Paris?"}]
-FAILING = ("rate-limited", "bad-key", "too-long", "broken", "unavailable", "cut")
+FAILING = (
+    "rate-limited",
+    "bad-key",
+    "too-long",
+    "forbidden",
+    "missing",
+    "broken",
+    "unavailable",
+    "deadline",
+    "cut",
+)
 
 
 @pytest.fixture(scope="module")
@@ -260,8 +270,11 @@ def test_usage_is_priced(client: OpenAI, server: Server) -> None:
         ("rate-limited", 429, "rate_limit_error", "37"),
         ("bad-key", 502, "upstream_error", None),
         ("too-long", 400, "invalid_request_error", None),
+        ("forbidden", 502, "upstream_error", None),
+        ("missing", 404, "invalid_request_error", None),
         ("broken", 502, "upstream_error", None),
         ("unavailable", 502, "upstream_error", None),
+        ("deadline", 502, "upstream_error", None),
     ],
 )
 def test_upstream_errors_map_through_the_table(
