@@ -234,6 +234,9 @@ def test_the_signature_survives_a_messages_client(server: Server, upstream: Gemi
             {"role": "user", "content": results},
         ]
         second = sdk.messages.create(model="gem", max_tokens=64, messages=turns, tools=[tool])
+        counted = sdk.messages.count_tokens(model="gem", messages=turns, tools=[tool])
+    assert counted.input_tokens == 42  # Gemini's own countTokens
+    assert problems(upstream.last("countTokens").body, "CountTokensRequest") == []
     assert second.content[0].type == "text"
     assert second.content[0].text == 'The tool said: {"output": "sunny"}'
     parts = upstream.last().body["contents"][1]["parts"]
