@@ -2,7 +2,7 @@
 
 :class:`backends.base.Backend` is the base class every backend derives from: the methods
 every deployment answers, and the optional abilities (embeddings, raw chat frames, native
-Messages, exact token counts, health probes) that refuse unless its
+Messages or Gemini, exact token counts, health probes) that refuse unless its
 :class:`~backends.base.Capabilities` list them. :class:`backends.wrapper.WrapperBackend`
 forwards all of it, for a backend that wraps another and changes a part.
 
@@ -10,6 +10,7 @@ forwards all of it, for a backend that wraps another and changes a part.
 * :mod:`backends.vllm`: vLLM's async engine in this process;
 * :mod:`backends.openai`: OpenAI and every OpenAI-compatible server;
 * :mod:`backends.anthropic`: Anthropic's Messages API, translated both ways;
+* :mod:`backends.gemini`: Google's Gemini API (``generateContent``), translated both ways;
 * :mod:`backends.http`: what the remote backends share: their base class, the upstream
   HTTP client, SSE framing and the error mapping.
 

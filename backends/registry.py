@@ -15,12 +15,13 @@ from pydantic import Field
 
 from backends.anthropic import AnthropicBackend, AnthropicSettings
 from backends.base import Backend
+from backends.gemini import GeminiBackend, GeminiSettings
 from backends.llamacpp import LlamaCppBackend, LlamaCppSettings
 from backends.openai import OpenAICompatBackend, OpenAICompatSettings
 from backends.vllm import VLLMBackend, VLLMSettings
 
 DeploymentConfig = Annotated[
-    LlamaCppSettings | OpenAICompatSettings | AnthropicSettings | VLLMSettings,
+    LlamaCppSettings | OpenAICompatSettings | AnthropicSettings | GeminiSettings | VLLMSettings,
     Field(discriminator="backend"),
 ]
 
@@ -29,6 +30,7 @@ _BACKENDS: Mapping[str, Callable[[Any], Backend]] = MappingProxyType(
         "llamacpp": LlamaCppBackend,
         "openai": OpenAICompatBackend,
         "anthropic": AnthropicBackend,
+        "gemini": GeminiBackend,
         "vllm": VLLMBackend,
     }
 )

@@ -15,8 +15,9 @@ UPSTREAMS_ONLY = """
 deployments:
   - {name: a, backend: openai, base_url: 'http://127.0.0.1:9/v1', model: up}
   - {name: b, backend: anthropic, base_url: 'http://127.0.0.1:9', model: up, api_key_env: KEY_FOR_B}
+  - {name: c, backend: gemini, base_url: 'http://127.0.0.1:9', model: up, api_key_env: KEY_FOR_B}
 models:
-  m: {candidates: [a, b]}
+  m: {candidates: [a, b, c]}
 """
 
 # what `shunter serve` does up to listening: parse the config, build the gateway and the app

@@ -78,6 +78,7 @@ CACHED_MODELS = ("qwen2.5-0.5b-instruct-q8_0", "my-70b-q4")
 KEY_VARIABLES = {
     "OPENAI_API_KEY": "sk-test-openai",
     "ANTHROPIC_API_KEY": "sk-test-anthropic",
+    "GEMINI_API_KEY": "test-gemini-key",
     "WORKER_KEY": "sk-test-worker",
     "DOCS_MCP_TOKEN": "test-docs-token",
     "MCP_CLIENT_SECRET": "test-client-secret",

@@ -81,15 +81,18 @@ class HTTPBackend(Backend, Generic[S]):
     def stats(self) -> LiveStats:
         return LiveStats(in_flight=self._in_flight)
 
+    def probe_path(self) -> str:
+        """What a health probe GETs: the settings' ``health_path``, else :attr:`health_path`."""
+        return self._settings.health_path or self.health_path
+
     async def health(self, timeout_s: float) -> bool | None:
-        """A background probe while the breaker is open: ``GET health_path`` (by default
-        :attr:`health_path`), then, unless that says down, the smallest chat request (one
-        token), since an upstream can list its models while its chat endpoint fails.
+        """A background probe while the breaker is open: ``GET`` :meth:`probe_path`, then,
+        unless that says down, the smallest chat request (one token), since an upstream
+        can list its models while its chat endpoint fails.
         ``None`` when probes are off or the upstream cannot tell."""
         if self._upstream is None or not self._settings.health_check:
             return None
-        path = self._settings.health_path or self.health_path
-        listed = await probe(self._upstream, path, timeout_s)
+        listed = await probe(self._upstream, self.probe_path(), timeout_s)
         if listed is False or not self.capabilities.chat:
             return listed
         return await self._answers(timeout_s)

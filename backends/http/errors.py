@@ -54,10 +54,11 @@ from gateway.errors import (
 )
 
 # what upstreams say when a prompt does not fit: OpenAI/vLLM ("maximum context length"),
-# Anthropic ("prompt is too long"), llama-server ("exceeds the available context size")
+# Anthropic ("prompt is too long"), llama-server ("exceeds the available context size"),
+# Gemini ("exceeds the maximum number of tokens allowed")
 _CONTEXT_LENGTH = re.compile(
     r"maximum context length|prompt is too long|exceeds the available context size"
-    r"|context_length_exceeded",
+    r"|context_length_exceeded|exceeds the maximum number of tokens allowed",
     re.IGNORECASE,
 )
 _BODY_LIMIT = 4096
@@ -134,6 +135,43 @@ def error_details(body: str) -> ErrorDetails:
         return ErrorDetails()
     fields = (err.get(name) for name in ErrorDetails._fields)
     return ErrorDetails(*(value if isinstance(value, str) else None for value in fields))
+
+
+class GoogleDetails(NamedTuple):
+    """What a Google API error's ``details`` say (``google.rpc`` messages)."""
+
+    retry_delay: float | None = None
+    """``RetryInfo.retryDelay`` in seconds."""
+    reason: str | None = None
+    """``ErrorInfo.reason`` (``API_KEY_INVALID``...)."""
+
+
+_RPC = "type.googleapis.com/google.rpc."
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
+_KEY_REASONS = frozenset(
+    {"API_KEY_INVALID", "API_KEY_SERVICE_BLOCKED", "API_KEY_HTTP_REFERRER_BLOCKED"}
+)
+"""Reasons a Google API gives, with a 400, for a key it will not take: our credentials."""
+
+
+def google_details(body: str) -> GoogleDetails:
+    """The retry delay and reason in a Google API error body's ``error.details``."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return GoogleDetails()
+    err = data.get("error") if isinstance(data, dict) else None
+    details = err.get("details") if isinstance(err, dict) else None
+    delay: float | None = None
+    reason: str | None = None
+    for detail in details if isinstance(details, list) else ():
+        kind = detail.get("@type") if isinstance(detail, dict) else None
+        if kind == f"{_RPC}RetryInfo" and isinstance(detail.get("retryDelay"), str):
+            found = _DURATION.match(detail["retryDelay"])
+            delay = float(found.group(1)) if found else delay
+        elif kind == f"{_RPC}ErrorInfo" and isinstance(detail.get("reason"), str):
+            reason = detail["reason"]
+    return GoogleDetails(delay, reason)
 
 
 def _field(scrub: Redactor, value: str | None) -> str | None:
@@ -236,13 +274,18 @@ def error_for_status(
     """Map an upstream error response onto the gateway's error tree (:data:`_BY_STATUS`).
 
     400/404/413/422: the client's fault, passed on, not a deployment failure.
-    401/402/403: our credentials or account, 502 with ``x-should-retry: false``.
-    408: 504. 429: 429 with retry-after. 529: 503 with retry-after. Other: 502.
+    401/402/403: our credentials or account, 502 with ``x-should-retry: false`` (also
+    Google's 400 for a key it will not take, by its ``ErrorInfo.reason``).
+    408: 504. 429: 429 with retry-after (the header's, else Google's
+    ``RetryInfo.retryDelay``). 529: 503 with retry-after. Other: 502.
     ``redactor`` (the upstream's own) takes secrets and addresses out of what it said.
     """
     scrub = redactor or Redactor()
     body = scrub.for_log(body[:_BODY_LIMIT])
     said = error_details(body)
+    google = google_details(body)
+    # Google answers a key it will not take with a 400: our credentials all the same
+    row = 401 if status == 400 and google.reason in _KEY_REASONS else status
     read = UpstreamSaid(
         deployment=deployment,
         status=status,
@@ -250,18 +293,22 @@ def error_for_status(
         body=body,
         code=_field(scrub, said.code),
         param=_field(scrub, said.param),
-        retry_after=retry_after_seconds(headers),
+        retry_after=_first(retry_after_seconds(headers), google.retry_delay),
     )
     build: Callable[[UpstreamSaid], GatewayError] = _failed
     counts = True
     for statuses, counted, builder in _BY_STATUS:
-        if status in statuses:
+        if row in statuses:
             build, counts = builder, counted
             break
     emit = log.warning if counts else log.info
     emit("upstream_error", deployment=deployment, status=status, body=body[:1000])
     exc = build(read)
     return annotate(exc, counts_as_failure=counts, upstream_status=status, upstream_body=body)
+
+
+def _first(*values: float | None) -> float | None:
+    return next((value for value in values if value is not None), None)
 
 
 _Row = tuple[tuple[type[BaseException], ...], type[GatewayError], str]

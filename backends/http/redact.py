@@ -29,7 +29,9 @@ _MIN_SECRET = 6  # shorter values are not secrets worth the false matches
 _SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|signature|password|credential", re.I)
 _SECRET_ENV = re.compile(r"(?:API_?KEY|TOKEN|SECRET|PASSWORD|MASTER_KEY)$", re.I)
 _SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic|token)\s+[^\s\"',;]+")
-_KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}|\bhf_[A-Za-z0-9]{8,}")
+_KEY_SHAPED = re.compile(
+    r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}|\bhf_[A-Za-z0-9]{8,}|\bAIza[A-Za-z0-9_\-]{30,}"
+)
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]+")
 _IPV4 = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b")
 _IPV6 = re.compile(r"\[[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\](?::\d{1,5})?")

@@ -20,7 +20,7 @@ DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
 
 
-DOCUMENTED_BACKEND_KINDS = frozenset({"llamacpp", "openai", "anthropic", "vllm"})
+DOCUMENTED_BACKEND_KINDS = frozenset({"llamacpp", "openai", "anthropic", "gemini", "vllm"})
 # settings models of backends that may exist before the registry lists their kind
 _SETTINGS_MODELS = {
     "openai": ("backends.openai.backend", "OpenAICompatSettings"),

@@ -34,6 +34,14 @@ def test_secrets_leave_the_log_and_addresses_leave_the_client_text() -> None:
     assert "calling [upstream]" in shown
 
 
+def test_a_google_key_is_taken_out_by_its_header_and_by_its_shape() -> None:
+    google = "AIzaSyA0123456789abcdefghijklmnopqrstu"
+    sent = Redactor.for_upstream("https://g.example", {"x-goog-api-key": google}, environ={})
+    assert google not in sent.for_log(f"key {google} refused")
+    other = "AIzaSyB9876543210zyxwvutsrqponmlkjihgf"  # one never sent: its shape gives it away
+    assert sent.for_log(f"key {other} refused") == "key [redacted] refused"
+
+
 def test_ordinary_words_and_headers_are_left_alone() -> None:
     scrub = Redactor.for_upstream("http://worker:8080/v1", SENT, environ={})
     text = "the worker is overloaded; retry at 12:30 with shunter/0.1"
