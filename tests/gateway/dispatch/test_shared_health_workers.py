@@ -122,10 +122,12 @@ def test_a_flapping_upstream_costs_one_client_request_per_down_phase(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     # two failures open a breaker, and one client request makes two attempts: counted in
-    # one worker, the other spends a request of its own in every down phase
+    # one worker, the other spends a request of its own in every down phase; the cooldown
+    # outlasts a down phase by 2 s, so no trial request falls inside one however slow the
+    # machine, and an up phase outlasts what is left of it
     reliability = (
         "{failure_threshold: 2, retries: 1, backoff_base_s: 0.05, backoff_max_s: 0.1, "
-        "cooldown_s: 3, max_cooldown_s: 3, probe_interval_s: 0.5}"
+        "cooldown_s: 5, max_cooldown_s: 5, probe_interval_s: 0.5}"
     )
     with FaultUpstream() as upstream:
         config = _config(tmp_path, upstream, reliability, f"flap{os.getpid()}x{next(_serial)}")
@@ -139,7 +141,7 @@ def test_a_flapping_upstream_costs_one_client_request_per_down_phase(
                 down.append(_client_requests(upstream, start, "500"))
                 start = len(upstream.requests)
                 upstream.default_fault = None
-                _for(fleet, 3.5)
+                _for(fleet, 5.0)
                 served.append(_client_requests(upstream, start, None))
         finally:
             stop_server(fleet)

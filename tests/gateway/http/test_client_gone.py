@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.fault_upstream import FaultUpstream
 from tests.gateway.http.leaky_upstream import LeakyUpstream
+from tests.waiting import eventually
 
 HELLO = [{"role": "user", "content": "hi"}]
 SEND_TIMEOUT_S = 1.0
@@ -74,15 +75,6 @@ def deployment_figures(server: Server, name: str) -> dict[str, Any]:
     answer = httpx.get(f"{server.base_url}/health/readiness", timeout=10).json()
     figures: dict[str, Any] = answer["deployments"][name]
     return figures
-
-
-def eventually(condition: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def access_lines(server: Server) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ import pytest
 import websockets.sync.client
 
 from tests.conftest import Server, free_port, start_server, stop_server
+from tests.waiting import eventually
 
 HEADER_TIMEOUT_S = 1.0
 BODY_TIMEOUT_S = 2.0
@@ -101,15 +102,6 @@ def answers_normally(server: Server) -> bool:
         return httpx.get(f"{server.api}/models", timeout=10).status_code == 200
     except httpx.TransportError:
         return False
-
-
-def eventually(condition: object, timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_oversized_headers_get_431_and_memory_stays_flat(edge: Server) -> None:
