@@ -29,25 +29,27 @@ _PARAMETER = re.compile(r"\{(\w+)(?::\w+)?\}")
 
 
 def routes(apis: Sequence[Api]) -> list[BaseRouteHandler]:
-    """One route per path of the operations of ``apis``."""
-    by_path: dict[str, tuple[Api, dict[str, Actions]]] = {}
+    """One route per path of the operations of ``apis`` (two APIs may share a path with
+    different methods or custom methods: Gemini's ``/v1/models/{model}:generateContent``
+    beside OpenAI's ``GET /v1/models/{model}``)."""
+    by_path: dict[str, dict[str, Actions]] = {}
     for api in apis:
         for operation in api.operations:
-            held = by_path.setdefault(operation.path, (api, {}))
+            held = by_path.setdefault(operation.path, {})
             for method in operation.methods:
-                held[1].setdefault(method, {})[operation.action] = operation
-    return [_route(path, api, methods) for path, (api, methods) in by_path.items()]
+                held.setdefault(method, {})[operation.action] = (api, operation)
+    return [_route(path, methods) for path, methods in by_path.items()]
 
 
-Actions = dict[str | None, Operation]
-"""A path's operations for one method, by custom method (``None``: the path itself)."""
+Actions = dict[str | None, tuple[Api, Operation]]
+"""A path's operations for one method, with their API, by custom method (``None``: the
+path itself)."""
 
 
-def _route(path: str, api: Api, methods: dict[str, Actions]) -> BaseRouteHandler:
+def _route(path: str, methods: dict[str, Actions]) -> BaseRouteHandler:
     allow = ", ".join(sorted({*methods, "OPTIONS"}))
-    socket = next(
-        (op for ops in methods.values() for op in ops.values() if op.socket is not None), None
-    )
+    served = [held for ops in methods.values() for held in ops.values()]
+    socket = next(((api, op) for api, op in served if op.socket is not None), None)
     parameter = _last_parameter(path)
 
     async def serve_path(scope: Scope, receive: Receive, send: Send) -> None:
@@ -55,7 +57,7 @@ def _route(path: str, api: Api, methods: dict[str, Actions]) -> BaseRouteHandler
             if socket is None:
                 await refuse_socket(scope, receive, send, f"{path} takes no WebSocket.")
                 return
-            await serve_socket(scope, receive, send, api, socket)
+            await serve_socket(scope, receive, send, *socket)
             return
         method = str(scope.get("method"))
         actions = methods.get(method)
@@ -64,22 +66,22 @@ def _route(path: str, api: Api, methods: dict[str, Actions]) -> BaseRouteHandler
                 await JSONBody(b"", {"allow": allow}, 204)(scope, receive, send)
                 return
             raise MethodNotAllowedException(headers={"allow": allow})
-        operation = _chosen(scope, actions, parameter)
+        api, operation = _chosen(scope, actions, parameter)
         await serve(scope, receive, send, api, operation)
 
     operations = {method: _names(ops) for method, ops in methods.items()}
     json = [
         m
         for m, ops in methods.items()
-        if m in ("POST", "PUT", "PATCH") and any(op.json_body for op in ops.values())
+        if m in ("POST", "PUT", "PATCH") and any(op.json_body for _, op in ops.values())
     ]
     opt: dict[str, Any] = {
-        "api": api.name,
+        "api": _api_names(methods),
         "operations": operations,
         "json": json,
         "parameter": parameter,
     }
-    name = f"{api.name}:{path}"
+    name = f"{served[0][0].name}:{path}"
     if "{" not in path:
         return asgi(path, copy_scope=False, opt=opt, name=name)(serve_path)
 
@@ -95,8 +97,19 @@ def _route(path: str, api: Api, methods: dict[str, Actions]) -> BaseRouteHandler
 def _names(actions: Actions) -> str | dict[str | None, str]:
     """The operation's name, or each custom method's (read by :func:`operation_of`)."""
     if len(actions) == 1 and None in actions:
-        return actions[None].name
-    return {action: op.name for action, op in actions.items()}
+        return actions[None][1].name
+    return {action: op.name for action, (_, op) in actions.items()}
+
+
+def _api_names(methods: dict[str, Actions]) -> str | dict[str, str]:
+    """The API whose shape a refusal on this path takes: one for the path, or one per
+    method where APIs share it (by the path's own operation where a method has several)."""
+    by_method = {}
+    for method, actions in methods.items():
+        api, _ = actions.get(None) or next(iter(actions.values()))
+        by_method[method] = api.name
+    names = set(by_method.values())
+    return names.pop() if len(names) == 1 else by_method
 
 
 def _last_parameter(path: str) -> str | None:
@@ -104,7 +117,7 @@ def _last_parameter(path: str) -> str | None:
     return found[-1] if found else None
 
 
-def _chosen(scope: Scope, actions: Actions, parameter: str | None) -> Operation:
+def _chosen(scope: Scope, actions: Actions, parameter: str | None) -> tuple[Api, Operation]:
     """The operation of ``actions`` the request names: by the custom method its last path
     parameter ends in (``x:generateContent``), which the parameter then goes without."""
     if len(actions) == 1 and None in actions:

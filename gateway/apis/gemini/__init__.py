@@ -1,5 +1,7 @@
 """Google's Gemini API: ``/v1beta/models/{model}:generateContent``,
-``:streamGenerateContent``, ``:countTokens``, and the model listings.
+``:streamGenerateContent``, ``:countTokens`` (and the same under ``/v1``, the version
+Google's Python SDK calls by default), and the model listings (``/v1beta`` only: ``GET
+/v1/models`` is OpenAI's).
 
 A request routed to a deployment whose upstream speaks Gemini itself is passed through as
 the client sent it; one routed elsewhere is translated to the gateway's chat request
@@ -17,30 +19,29 @@ from gateway.apis.gemini.errors import gemini_error
 from gateway.apis.gemini.handlers import count_tokens, get_model, list_models
 
 _MODELS = "/v1beta/models"
-_ONE = _MODELS + "/{model:path}"
+_ONE = "/models/{model_id:path}"  # the parameter is named as OpenAI's /v1/models/{model_id}
+_VERSIONS = ("/v1beta", "/v1")  # Google's SDKs call either
 
 
 def api() -> Api:
     return Api(
         name="gemini",
         operations=(
-            Operation(
-                "generate_content",
-                _ONE,
-                codec=GenerateCodec(stream=False),
-                action="generateContent",
-            ),
-            Operation(
-                "generate_content",
-                _ONE,
-                codec=GenerateCodec(stream=True),
-                action="streamGenerateContent",
-            ),
-            Operation("count_tokens", _ONE, handler=count_tokens, action="countTokens"),
+            *(operation for version in _VERSIONS for operation in _generation(version + _ONE)),
             Operation("models", _MODELS, ("GET",), handler=list_models),
-            Operation("models", _ONE, ("GET",), handler=get_model),
+            Operation("models", "/v1beta" + _ONE, ("GET",), handler=get_model),
         ),
         errors=gemini_error,
         keys=KeySources(headers=("x-goog-api-key", "authorization"), query=("key",)),
         prefixes=("/v1beta/",),
+    )
+
+
+def _generation(path: str) -> tuple[Operation, ...]:
+    """The custom methods on a model: ``{model}:generateContent`` and the others."""
+    whole, streamed = GenerateCodec(stream=False), GenerateCodec(stream=True)
+    return (
+        Operation("generate_content", path, codec=whole, action="generateContent"),
+        Operation("generate_content", path, codec=streamed, action="streamGenerateContent"),
+        Operation("count_tokens", path, handler=count_tokens, action="countTokens"),
     )

@@ -105,7 +105,7 @@ class GenerateCodec:
 
 def path_model(exchange: Exchange) -> str:
     """The model named in the path (``models/`` left off), recorded for the access line."""
-    model = str(exchange.path_params.get("model", "")).lstrip("/").removeprefix("models/")
+    model = str(exchange.path_params.get("model_id", "")).lstrip("/").removeprefix("models/")
     if not model:
         raise InvalidRequestError("The path names no model.", param="model")
     exchange.facts["model"] = model

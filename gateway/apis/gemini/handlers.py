@@ -75,7 +75,7 @@ async def list_models(exchange: Exchange) -> Reply:
 
 
 async def get_model(exchange: Exchange) -> Reply:
-    name = str(exchange.path_params.get("model", "")).lstrip("/").removeprefix("models/")
+    name = str(exchange.path_params.get("model_id", "")).lstrip("/").removeprefix("models/")
     if name not in _visible(exchange):
         raise NotFoundError(f"Model models/{name} is not found or is not served here.")
     return Reply(json.dumps(_model(exchange, name)).encode())

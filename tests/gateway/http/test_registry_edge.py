@@ -75,7 +75,7 @@ def _cases() -> list[Case]:
                 path = operation.path.replace(":str}", "}").replace(":path}", "}")
                 while "{" in path:
                     start, end = path.index("{"), path.index("}")
-                    value = "agent" if path[start:end] == "{model" else "x"
+                    value = "agent" if operation.action is not None else "x"
                     path = path[:start] + value + path[end + 1 :]
                 if operation.action is not None:
                     path += f":{operation.action}"

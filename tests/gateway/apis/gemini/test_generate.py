@@ -6,6 +6,7 @@ shape naming the field as Gemini does."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -13,8 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.admission.keys import KeyRing
+from gateway.state.redis import RedisStateStore
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
+from tests.redis_server import RedisServer
 
 MASTER = "sk-master-gemini"
 BASE = "/v1beta/models/agent"
@@ -40,7 +44,11 @@ def upstream() -> Iterator[ScriptedUpstream]:
 
 
 @pytest.fixture(scope="module")
-def server(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    upstream: ScriptedUpstream,
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("gemini")
     (folder / "config.yaml").write_text(
         "responses: {hosted_tools: drop}\n"
@@ -51,7 +59,7 @@ def server(upstream: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory)
         "  agent: {candidates: [up]}\n"
         "  strict: {candidates: [up], hosted_tools: refuse}\n"
     )
-    env = {"SHUNTER_MASTER_KEY": MASTER}
+    env = {"SHUNTER_MASTER_KEY": MASTER, "SHUNTER_REDIS_URL": redis_server.url}
     server = start_server(folder / "config.yaml", folder / "server.log", env=env)
     yield server
     stop_server(server)
@@ -154,10 +162,14 @@ def test_a_function_call_round_trip(server: Server, upstream: ScriptedUpstream) 
     script(upstream, Turn(calls=(("get_weather", '{"city": "Paris"}'),)), Turn(text="Sunny."))
     tools = [{"functionDeclarations": [WEATHER]}]
     config = {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}}
-    first = post(server, f"{BASE}:generateContent", {"contents": HI, "tools": tools, "toolConfig": config})
+    first = post(
+        server, f"{BASE}:generateContent", {"contents": HI, "tools": tools, "toolConfig": config}
+    )
     assert first.status_code == 200, first.text
     part = first.json()["candidates"][0]["content"]["parts"][0]
-    assert part == {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}, "id": "call_0"}}
+    assert part == {
+        "functionCall": {"name": "get_weather", "args": {"city": "Paris"}, "id": "call_0"}
+    }
     sent = upstream.bodies[-1]
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert sent["tools"][0]["function"]["parameters"] == {
@@ -226,7 +238,9 @@ def test_hosted_tools_are_dropped_or_refused_by_the_setting(
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-shunter-dropped"] == "tools[0].googleSearch"
     assert [t["function"]["name"] for t in upstream.bodies[-1]["tools"]] == ["get_weather"]
-    refused = post(server, "/v1beta/models/strict:generateContent", {"contents": HI, "tools": tools})
+    refused = post(
+        server, "/v1beta/models/strict:generateContent", {"contents": HI, "tools": tools}
+    )
     assert refused.status_code == 400
     assert refused.json()["error"]["details"][0]["fieldViolations"][0]["field"] == (
         "tools[0].googleSearch"
@@ -267,14 +281,31 @@ def test_the_model_listings(server: Server) -> None:
     ("body", "field"),
     [
         (
-            {"contents": [{"role": "user", "parts": [{"text": "a"}, {"inlineData": {"mimeType": "video/mp4", "data": "AA=="}}]}]},
+            {
+                "contents": [
+                    {
+                        "role": "user",
+                        "parts": [
+                            {"text": "a"},
+                            {"inlineData": {"mimeType": "video/mp4", "data": "AA=="}},
+                        ],
+                    }
+                ]
+            },
             "contents[0].parts[1].inlineData",
         ),
         (
-            {"contents": [{"parts": [{"fileData": {"fileUri": "gs://b/f", "mimeType": "image/png"}}]}]},
+            {
+                "contents": [
+                    {"parts": [{"fileData": {"fileUri": "gs://b/f", "mimeType": "image/png"}}]}
+                ]
+            },
             "contents[0].parts[0].fileData",
         ),
-        ({"contents": HI, "generationConfig": {"candidateCount": 2}}, "generationConfig.candidateCount"),
+        (
+            {"contents": HI, "generationConfig": {"candidateCount": 2}},
+            "generationConfig.candidateCount",
+        ),
         ({"contents": HI, "cachedContent": "cachedContents/abc"}, "cachedContent"),
         ({"contents": [{"role": "user", "parts": [{"text": 5}]}]}, "contents[0].parts[0].text"),
         ({"contents": HI, "generationConfig": {"topK": "many"}}, "generationConfig.topK"),
@@ -290,7 +321,21 @@ def test_a_refusal_names_the_field_as_gemini_does(server: Server, body: Any, fie
     assert error["details"][0]["fieldViolations"][0]["field"] == field
 
 
-def test_keys_unknown_models_and_the_query_key(server: Server) -> None:
+@pytest.fixture(scope="module")
+def strict_only(redis_server: RedisServer) -> str:
+    """A key that may use the model ``strict`` only."""
+
+    async def create() -> str:
+        store = RedisStateStore.from_url(redis_server.url, prefix="shunter")
+        try:
+            return (await KeyRing(store).create("strict-only", models=("strict",)))[0]
+        finally:
+            await store.aclose()
+
+    return asyncio.run(create())
+
+
+def test_keys_unknown_models_and_the_query_key(server: Server, strict_only: str) -> None:
     url = f"{server.base_url}{BASE}:generateContent"
     body = {"contents": HI}
     nobody = httpx.post(url, json=body)
@@ -298,6 +343,9 @@ def test_keys_unknown_models_and_the_query_key(server: Server) -> None:
     assert nobody.json()["error"]["status"] == "UNAUTHENTICATED"
     wrong = httpx.post(url, json=body, headers={"x-goog-api-key": "sk-wrong"})
     assert wrong.status_code == 401
+    narrow = httpx.post(url, json=body, headers={"x-goog-api-key": strict_only}, timeout=60)
+    assert narrow.status_code == 403, narrow.text
+    assert narrow.json()["error"]["status"] == "PERMISSION_DENIED"
     unknown = post(server, "/v1beta/models/nope:generateContent", body)
     assert unknown.status_code == 404 and unknown.json()["error"]["status"] == "NOT_FOUND"
     no_method = post(server, f"{BASE}:embedContent", body)
