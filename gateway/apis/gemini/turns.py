@@ -1,7 +1,8 @@
 """Gemini ``contents`` (and ``systemInstruction``) as chat messages, each with where it
 came from.
 
-* ``user`` turns: ``text`` parts → text (a turn of text only: one string, its parts
+* ``user`` turns (and ``function`` turns, an older form of a turn of function
+  responses): ``text`` parts → text (a turn of text only: one string, its parts
   joined by a blank line); ``inlineData`` images → ``image_url`` data URLs, WAV and MP3
   audio → ``input_audio``, PDFs → ``file`` parts where the deployment reads them;
   ``functionResponse`` parts → ``tool`` messages (before the rest of the turn), whose text
@@ -33,7 +34,7 @@ Said = tuple[ChatMessage, Origin]
 
 _AUDIO = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mp3": "mp3", "audio/mpeg": "mp3"}
 _PART_FIELDS = frozenset({"thoughtSignature", "thought_signature"})
-_ROLES = {"user": "user", None: "user", "model": "assistant"}
+_ROLES = {"user": "user", None: "user", "function": "user", "model": "assistant"}
 
 
 def refuse(param: str, why: str, lenient: bool) -> None:
