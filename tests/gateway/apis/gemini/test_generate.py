@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
 from tests.redis_server import RedisServer
 
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "agents"
 MASTER = "sk-master-gemini"
 BASE = "/v1beta/models/agent"
 HI = [{"role": "user", "parts": [{"text": "Weather in Paris?"}]}]
@@ -54,7 +56,7 @@ def server(
         "responses: {hosted_tools: drop}\n"
         "deployments:\n"
         f"  - {{name: up, backend: openai, base_url: '{upstream.url}', model: scripted,"
-        " context_length: 8192}\n"
+        " context_length: 32768}\n"
         "models:\n"
         "  agent: {candidates: [up]}\n"
         "  strict: {candidates: [up], hosted_tools: refuse}\n"
@@ -266,7 +268,7 @@ def test_the_model_listings(server: Server) -> None:
     names = [model["name"] for model in listed["models"]]
     assert names == ["models/agent", "models/strict"]
     one = httpx.get(f"{server.base_url}/v1beta/models/agent", headers=headers).json()
-    assert one["inputTokenLimit"] == 8192
+    assert one["inputTokenLimit"] == 32768
     assert one["supportedGenerationMethods"] == [
         "generateContent",
         "streamGenerateContent",
@@ -355,3 +357,27 @@ def test_keys_unknown_models_and_the_query_key(server: Server, strict_only: str)
     bearer = httpx.post(url, json=body, headers={"authorization": f"Bearer {MASTER}"}, timeout=60)
     assert bearer.status_code == 200
     assert MASTER not in server.log()
+
+
+@pytest.mark.parametrize("turn", [1, 2])
+def test_what_gemini_cli_sends_maps_whole(
+    server: Server, upstream: ScriptedUpstream, turn: int
+) -> None:
+    captured = json.loads((FIXTURES / f"gemini-cli-generate-turn{turn}.json").read_text())
+    script(upstream, Turn(text="ok"))
+    answer = post(server, f"{BASE}:streamGenerateContent", captured["body"], alt="sse")
+    assert answer.status_code == 200, answer.text
+    assert "x-shunter-dropped" not in answer.headers
+    sent = upstream.bodies[-1]
+    assert len(sent["tools"]) == 15 and sent["top_k"] == 64
+    assert sent["messages"][0]["role"] == "system"
+    if turn == 2:
+        call, result = sent["messages"][-2:]
+        assert call["tool_calls"][0]["function"]["name"] == "run_shell_command"
+        assert result["role"] == "tool"
+        assert (
+            result["tool_call_id"]
+            == call["tool_calls"][0]["id"]
+            == ("run_shell_command_1796663051006_0")
+        )
+        assert "shunter-4242-marker" in result["content"]
