@@ -60,6 +60,7 @@ NOT_RUN = {
     "python3 -m venv /tmp/vllm-cpu": "downloads about 3 GB",
     'claude mcp add --transport http shunter http://localhost:8000/mcp --header "Authorization: '
     'Bearer $SHUNTER_KEY"': "needs the Claude Code and Codex CLIs",
+    "mkdir -p ~/.gemini": "needs the Gemini CLI",
     "shunter pull hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf": (
         "downloads a model"
     ),

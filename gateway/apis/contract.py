@@ -141,12 +141,13 @@ class Outcome:
 @dataclass
 class Reply:
     """What the spine writes: a whole ``body``, or a stream's ``frames`` (the spine
-    settles the stream once they are written, or abandoned)."""
+    settles the stream once they are written, or abandoned); ``media_type``: the body's
+    (by default JSON; a stream's, server-sent events)."""
 
     body: bytes = b""
     headers: Mapping[str, str] = field(default_factory=dict)
     status: int = 200
-    media_type: str = "application/json"
+    media_type: str | None = None
     frames: AsyncIterator[bytes] | None = None
 
 
@@ -193,7 +194,10 @@ class Operation:
     same path (``GET`` upgraded); ``max_body``: its body's bound; ``json_body``: its
     ``POST`` bodies are JSON (a browser's cross-origin form post is refused before any
     parsing); ``counted``: each call takes one request from the key's rate limit (a
-    generation takes it, with its tokens, at admission)."""
+    generation takes it, with its tokens, at admission); ``action``: a custom method in
+    Google's style (``/models/{model}:generateContent``): the operation serves ``path``
+    when its last path parameter ends in ``:action``, which the parameter's value then
+    comes without (operations of one path and method are told apart by it)."""
 
     name: str
     path: str
@@ -204,6 +208,7 @@ class Operation:
     max_body: int = MAX_BODY_BYTES
     json_body: bool = True
     counted: bool = True
+    action: str | None = None
 
     @property
     def transports(self) -> frozenset[Transport]:
@@ -238,6 +243,15 @@ class Api:
     prefixes: tuple[str, ...] = ()
     services: Callable[[Any, Any, Services], Any] | None = None
     reconfigure: Callable[[Any, Any], None] | None = None
+
+
+def custom_method(value: str) -> tuple[str, str | None]:
+    """A path parameter's value without the custom method it ends in, and that method
+    (``gemini:generateContent`` → ``gemini``, ``generateContent``; none: ``None``)."""
+    head, colon, action = value.rpartition(":")
+    if not colon or not action.isalnum():
+        return value, None
+    return head, action
 
 
 def parse_body(model: type[M], body: bytes) -> M:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.apis import anthropic, mcp, openai, responses
+from gateway.apis import anthropic, gemini, mcp, openai, responses
 from gateway.apis.contract import Api
 
 
@@ -15,6 +15,7 @@ def apis() -> tuple[Api, ...]:
         openai.api(),
         responses.api(),
         anthropic.api(),
+        gemini.api(),
         mcp.api(),
     )
 

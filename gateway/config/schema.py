@@ -115,8 +115,8 @@ class ModelRoute(BaseModel):
     cache: CacheRule | None = None
     hosted_tools: Literal["drop", "refuse"] | None = Field(
         default=None,
-        description="/v1/responses tools only OpenAI runs, for this model (default: "
-        "responses.hosted_tools)",
+        description="tools only their vendor runs (Responses' web_search..., Gemini's "
+        "googleSearch...), for this model (default: responses.hosted_tools)",
     )
     cascade: CascadeRule | None = Field(
         default=None,
@@ -185,7 +185,8 @@ class ResponsesSettings(BaseModel):
     )
     hosted_tools: Literal["drop", "refuse"] = Field(
         default="drop",
-        description="tools only OpenAI runs (web_search...): left out and named in the "
+        description="tools only their vendor runs (Responses' web_search..., Gemini's "
+        "googleSearch...): left out and named in the "
         "x-shunter-dropped header (drop), or a 400 (refuse)",
     )
 

@@ -216,6 +216,8 @@ class ErrorShapes:
     def _api(self, request: Request[Any, Any, Any]) -> Api | None:
         handler = request.scope.get("route_handler")
         named = handler.opt.get("api") if handler is not None else None
+        if isinstance(named, dict):  # APIs that share the path, by method
+            named = named.get(request.method)
         if named is not None:
             return self._by_name.get(named)
         return api_of_path(self._served, request.scope["path"])

@@ -17,6 +17,7 @@ from typing import Any
 from litestar.types import Message, Receive, Scope, Send
 
 JSON = "application/json"
+EVENTS = "text/event-stream"
 GONE = "shunter.client_gone"
 """The scope extension through which the server reports a lost connection: a dict in which
 a watch puts a ``"callback"``, called when the connection is lost while the request runs."""
@@ -50,15 +51,18 @@ class EventStream:
     upstream stream), also when writing stops early. Run it under a :class:`ClientWatch`
     so that a client that leaves or stops reading stops the stream."""
 
-    __slots__ = ("frames", "headers")
+    __slots__ = ("frames", "headers", "media_type")
 
-    def __init__(self, frames: AsyncIterator[bytes], headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, frames: AsyncIterator[bytes], headers: Mapping[str, str], media_type: str = EVENTS
+    ) -> None:
         self.frames = frames
         self.headers = headers
+        self.media_type = media_type
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [
-            (b"content-type", b"text/event-stream"),
+            (b"content-type", self.media_type.encode("latin-1")),
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()),
         ]
         try:

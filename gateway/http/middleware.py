@@ -22,6 +22,7 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.http.upstream import REQUEST_CONTEXT
+from gateway.apis.contract import custom_method
 from gateway.errors import AuthenticationError
 from gateway.telemetry.instruments import Telemetry
 from gateway.telemetry.propagation import new_request_id, read_incoming
@@ -164,7 +165,16 @@ def operation_of(scope: Scope) -> str | None:
     if handler is None:
         return None
     operations = handler.opt.get("operations")
-    return None if operations is None else operations.get(scope.get("method", ""))
+    if operations is None:
+        return None
+    named: str | dict[str | None, str] | None = operations.get(scope.get("method", ""))
+    if not isinstance(named, dict):
+        return named
+    parameter = handler.opt.get("parameter") or ""
+    value = str((scope.get("path_params") or {}).get(parameter, ""))
+    action = custom_method(value)[1]
+    found = named.get(action) or named.get(None) or next(iter(named.values()))
+    return found
 
 
 def record_request(

@@ -35,7 +35,7 @@ from gateway.admission.sessions import SessionId, session_header, session_of
 from gateway.apis.contract import Codec, Conversation, Decoded, Exchange, Outcome, Reply
 from gateway.dispatch import ServedStream, Work, describe_request
 from gateway.errors import GatewayError
-from gateway.http.asgi import ClientWatch, EventStream, JSONBody
+from gateway.http.asgi import EVENTS, JSON, ClientWatch, EventStream, JSONBody
 from gateway.protocol import ChatCompletion, ChatCompletionRequest, Completion
 from gateway.protocol.parts import unread_part
 from policies import RequestFacts
@@ -225,11 +225,11 @@ def as_asgi(reply: Reply, admitted: Admitted | None = None) -> ASGIApp:
     """``reply`` as the ASGI app that writes it; a stream's frames settle its call once
     written or abandoned."""
     if reply.frames is None:
-        return JSONBody(reply.body, reply.headers, reply.status, reply.media_type)
+        return JSONBody(reply.body, reply.headers, reply.status, reply.media_type or JSON)
     frames = reply.frames
     if admitted is not None:
         frames = settling(frames, admitted)
-    return EventStream(frames, reply.headers)
+    return EventStream(frames, reply.headers, reply.media_type or EVENTS)
 
 
 async def settling(frames: AsyncIterator[bytes], admitted: Admitted) -> AsyncIterator[bytes]:

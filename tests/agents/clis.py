@@ -1,4 +1,4 @@
-"""Running the real agent CLIs, Claude Code and Codex, offline against a base URL.
+"""Running the real agent CLIs, Claude Code, Codex and Gemini CLI, offline against a base URL.
 
 The CLIs come from npm into ``.agents/node_modules`` (``scripts/test-agents.sh``;
 ``SHUNTER_AGENTS_DIR`` names another folder). Each run gets a fresh home, config folder
@@ -9,6 +9,7 @@ or analytics), so the only host it reaches is the one it is given.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ class Run:
 
 
 def agents_bin(name: str) -> Path:
-    """Where the CLI ``name`` (``claude`` or ``codex``) is installed."""
+    """Where the CLI ``name`` (``claude``, ``codex`` or ``gemini``) is installed."""
     folder = Path(os.environ.get("SHUNTER_AGENTS_DIR") or REPO / ".agents")
     return folder / "node_modules" / ".bin" / name
 
@@ -115,3 +116,27 @@ def run_codex(base_url: str, home: Path, provider: str = "custom", timeout_s: fl
                        capture_output=True, timeout=timeout_s)  # fmt: skip
     flags = ["--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
     return _run([codex, "exec", *flags, PROMPT], env, _fresh(home), timeout_s)
+
+
+GEMINI_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}},
+    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+}
+"""Gemini CLI's settings: its API-key login, and nothing sent but the model's requests."""
+
+
+def run_gemini(base_url: str, home: Path, model: str, timeout_s: float = 90) -> Run:
+    """``gemini -p`` on ``model``, free to run its shell tool, against ``base_url``."""
+    settings = home / ".gemini"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "settings.json").write_text(json.dumps(GEMINI_SETTINGS))
+    env = {
+        "HOME": str(home),
+        "GEMINI_API_KEY": "sk-agent-test",
+        "GOOGLE_GEMINI_BASE_URL": base_url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",  # its work folder is a fresh one
+    }
+    command = [str(agents_bin("gemini")), "-p", PROMPT, "--model", model, "--yolo"]
+    return _run(command, env, _fresh(home), timeout_s)

@@ -1,4 +1,5 @@
-"""Claude Code and Codex, installed from npm, complete a tool loop through the gateway.
+"""Claude Code, Codex and Gemini CLI, installed from npm, complete a tool loop through the
+gateway.
 
 Each CLI runs with its defaults (its own default model, no ``--model``): only the base URL,
 a key and leave to run its shell tool. Behind the gateway, that model is served by a
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.agents.clis import Run, agents_bin, run_claude, run_codex
+from tests.agents.clis import Run, agents_bin, run_claude, run_codex, run_gemini
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.agent_turns import Script
 from tests.fixtures.agent_upstream import AgentUpstream
@@ -170,3 +171,24 @@ def test_codex_with_its_openai_provider_completes_a_tool_loop_over_websocket(
             if '"method": "POST", "path": "/v1/responses"' in line
         ]
         assert posts == [], through.explain(run)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_gemini_cli_completes_a_tool_loop_through_the_gateway(kind: str, tmp_path: Path) -> None:
+    """Gemini CLI speaks only Google's API, so it runs through the gateway alone: its
+    ``streamGenerateContent`` calls translated for a chat or a Messages upstream. Its shell
+    tool refuses ``$(...)``, so the command prints a number its text holds apart."""
+    if not agents_bin("gemini").exists():
+        pytest.fail("Gemini CLI is not installed: run scripts/test-agents.sh")
+    number = random.randrange(10**6, 10**7)
+    mark = Marked(Script(f"printf 'shunter-%s-marker' {number}"), f"shunter-{number}-marker")
+    with gateway(kind, "gemini-agent", mark, tmp_path) as through:
+        run = run_gemini(through.server.base_url, tmp_path / "home", "gemini-agent")
+        assert mark.printed in run.stdout, through.explain(run)
+        assert len(through.turns()) >= 2
+        posts = [
+            line
+            for line in through.server.log().splitlines()
+            if '"path": "/v1beta/models/gemini-agent:streamGenerateContent"' in line
+        ]
+        assert len(posts) >= 2, through.explain(run)

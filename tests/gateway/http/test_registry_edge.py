@@ -49,6 +49,8 @@ SAMPLES: dict[str, Any] = {
     "messages": {"model": "agent", "max_tokens": 4, "messages": HI},
     "count_tokens": {"model": "agent", "messages": HI},
     "mcp": {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+    "generate_content": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+    "gemini:count_tokens": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
 }
 
 
@@ -73,10 +75,12 @@ def _cases() -> list[Case]:
                 path = operation.path.replace(":str}", "}").replace(":path}", "}")
                 while "{" in path:
                     start, end = path.index("{"), path.index("}")
-                    path = path[:start] + "x" + path[end + 1 :]
-                cases.append(
-                    Case(api.name, operation.name, method, path, SAMPLES.get(operation.name))
-                )
+                    value = "agent" if operation.action is not None else "x"
+                    path = path[:start] + value + path[end + 1 :]
+                if operation.action is not None:
+                    path += f":{operation.action}"
+                body = SAMPLES.get(f"{api.name}:{operation.name}", SAMPLES.get(operation.name))
+                cases.append(Case(api.name, operation.name, method, path, body))
     return cases
 
 
@@ -85,7 +89,7 @@ SOCKETS = [(api.name, op.path) for api in apis() for op in api.operations if op.
 
 
 def test_every_operation_has_a_sample_request() -> None:
-    missing = {case.operation for case in CASES} - set(SAMPLES)
+    missing = {case.operation for case in CASES} - {name.split(":")[-1] for name in SAMPLES}
     assert not missing, f"add a sample request for {sorted(missing)}"
 
 
@@ -161,6 +165,9 @@ def _shaped(case: Case, answer: httpx.Response) -> str:
         return str(body["error"]["message"])
     if case.api == "mcp":
         assert body["jsonrpc"] == "2.0" and "code" in body["error"], body
+        return str(body["error"]["message"])
+    if case.api == "gemini":
+        assert body["error"]["code"] == answer.status_code and body["error"]["status"], body
         return str(body["error"]["message"])
     assert set(body["error"]) >= {"message", "type", "param", "code"}, body
     return str(body["error"]["message"])

@@ -1,0 +1,54 @@
+"""Errors in Google's shape: ``{"error": {"code", "message", "status"}}``, ``status`` the
+canonical name of the HTTP status (400 ``INVALID_ARGUMENT``, 401 ``UNAUTHENTICATED``...),
+and for a refusal that names a field, a ``google.rpc.BadRequest`` detail whose field
+violation names it as Gemini does (``contents[0].parts[1].inlineData``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.errors import GatewayError
+
+STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+_BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+
+
+def google_status(status: int) -> str:
+    """The canonical status name for an HTTP status."""
+    if status in STATUSES:
+        return STATUSES[status]
+    return "INVALID_ARGUMENT" if status < 500 else "INTERNAL"
+
+
+def error_object(error: GatewayError, status: int) -> dict[str, Any]:
+    """The ``error`` object for ``error`` answered at ``status``."""
+    body: dict[str, Any] = {
+        "code": status,
+        "message": error.message,
+        "status": google_status(status),
+    }
+    if error.param:
+        violation = {"field": error.param, "description": error.message}
+        body["details"] = [{"@type": _BAD_REQUEST, "fieldViolations": [violation]}]
+    return body
+
+
+def gemini_error(error: GatewayError, status: int, request_id: str | None) -> tuple[int, bytes]:
+    """An error in Google's shape, at its own status."""
+    return status, json.dumps({"error": error_object(error, status)}).encode()
