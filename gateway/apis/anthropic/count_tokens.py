@@ -11,6 +11,7 @@ import asyncio
 import json
 
 from backends.base import Backend
+from gateway.admission.keys import check_model
 from gateway.apis.anthropic.codec import NATIVE, forwarded
 from gateway.apis.anthropic.translation import MessagesCall
 from gateway.apis.contract import Exchange, Reply
@@ -31,6 +32,7 @@ async def count_tokens(exchange: Exchange) -> Reply:
         call = _read(raw, headers)
     note_request(call.body)
     exchange.facts["model"] = call.model
+    check_model(exchange.key, call.model)  # a key counts only on the models it may use
     backend = exchange.gateway.first_choice(call.model)
     try:
         tokens, how = await _counted(backend, call, len(raw))

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from backends.base import Backend
-from gateway.admission.keys import may_use
+from gateway.admission.keys import check_model, may_use
 from gateway.apis.contract import Exchange, Reply
 from gateway.apis.gemini.codec import path_model
 from gateway.apis.gemini.protocol import CountTokensRequest, GenerateContentRequest
@@ -32,6 +32,7 @@ METHODS = ("generateContent", "streamGenerateContent", "countTokens")
 
 async def count_tokens(exchange: Exchange) -> Reply:
     model = path_model(exchange)
+    check_model(exchange.key, model)  # a key counts only on the models it may use
     body = _count_request(exchange.body)
     done = translate(body, model, lenient=True)
     backend = exchange.gateway.first_choice(model)

@@ -52,7 +52,7 @@ def server(
     config.write_text(
         "deployments:\n"
         f"  - {{name: up, backend: openai, base_url: '{upstream.url}', model: scripted}}\n"
-        "models:\n  agent: {candidates: [up]}\n"
+        "models:\n  agent: {candidates: [up]}\n  other: {candidates: [up]}\n"
         f"http: {{max_sockets_per_key: {SOCKETS_PER_KEY}}}\n"
         "responses: {max_bytes: 200000}\n"
         "mcp:\n  servers:\n"
@@ -351,6 +351,35 @@ def test_count_tokens_of_a_large_body_is_counted_and_logged(server: Server, key:
     assert counted.status_code == 200, counted.text
     assert counted.json()["input_tokens"] > 500_000
     assert _access_line(server, "req-front-door-count")["model"] == "agent"
+
+
+def test_a_key_counts_tokens_only_on_the_models_it_may_use(
+    redis_server: RedisServer, server: Server
+) -> None:
+    narrow = redis_server.create_key("--name", "narrow-count", "--models", "agent")
+    counted = httpx.post(
+        f"{server.api}/messages/count_tokens",
+        json={"model": "other", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"x-api-key": narrow},
+        timeout=30,
+    )
+    assert counted.status_code == 403, counted.text
+    assert counted.json()["error"]["type"] == "permission_error"
+    gemini = httpx.post(
+        f"{server.base_url}/v1beta/models/other:countTokens",
+        json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        headers={"x-goog-api-key": narrow},
+        timeout=30,
+    )
+    assert gemini.status_code == 403, gemini.text
+    assert gemini.json()["error"]["status"] == "PERMISSION_DENIED"
+    allowed = httpx.post(
+        f"{server.base_url}/v1beta/models/agent:countTokens",
+        json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        headers={"x-goog-api-key": narrow},
+        timeout=30,
+    )
+    assert allowed.status_code == 200, allowed.text
 
 
 def _access_line(server: Server, request_id: str) -> dict[str, Any]:
