@@ -217,6 +217,15 @@ class SessionSettings(BaseModel):
         default=3600.0, gt=0, description="a session idle this long is forgotten (its books)"
     )
     loop_guard: LoopGuardSettings = LoopGuardSettings()
+    new_per_key: int | None = Field(
+        default=100,
+        ge=1,
+        description="sessions a key may start per new_window_s while its sessions have "
+        "limits (a new session id does not escape a stopped one); none: no cap",
+    )
+    new_window_s: int = Field(
+        default=3600, ge=1, description="the window of new_per_key, in seconds"
+    )
 
 
 _ORIGIN = re.compile(r"^https?://[^/\s]+$")
