@@ -15,6 +15,7 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    IPvAnyNetwork,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -168,6 +169,11 @@ class HTTPSettings(BaseModel):
     )
     socket_idle_s: float = Field(
         default=600.0, gt=0, description="a WebSocket silent this long is closed"
+    )
+    trusted_proxies: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description="reverse proxies whose X-Forwarded-For names the client (addresses or "
+        "networks); none by default, loopback included: the peer is the client",
     )
 
 
