@@ -12,10 +12,11 @@ from backends.http.settings import HTTPDeploymentSettings
 
 SERVER_TOOL_PRICES: Mapping[str, float] = {
     # OpenAI's published prices for its built-in tools (platform.openai.com, pricing;
-    # 2026-03), billed where an answer's usage reports their calls:
-    "web_search": 10 / 1000,  # $10 per 1,000 calls (search content tokens aside)
-    "file_search": 2.5 / 1000,  # $2.50 per 1,000 calls
-    "code_interpreter": 0.03,  # $0.03 per container (1 GB)
+    # 2026-03), by the type of the Responses output item that records each call (so that
+    # a Messages request's own server tools, which never reach this backend, hold nothing):
+    "web_search_call": 10 / 1000,  # $10 per 1,000 calls (search content tokens aside)
+    "file_search_call": 2.5 / 1000,  # $2.50 per 1,000 calls
+    "code_interpreter_call": 0.03,  # $0.03 per container (1 GB)
 }
 """Dollars per use of OpenAI's built-in tools (``price.server_tools`` overrides each)."""
 
