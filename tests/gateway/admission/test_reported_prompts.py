@@ -5,7 +5,9 @@ can see (as a provider's own system prompt, a template or a document make it do)
 Each answer is billed 50 x (the prompt's characters / 4) tokens at $1 per million: about
 $0.005 for the prompt sent here, while the gateway estimates about $0.0001. A key with
 $0.01 that has seen one such answer must not let 40 concurrent requests through on the
-estimate: after the first settles, each reserves what the deployment reports."""
+estimate: after the first settles, each reserves what the deployment reports; and a session
+reserves at least the prompt its last answer reported, even once the deployment's ratio is
+back near 1."""
 
 from __future__ import annotations
 
@@ -26,14 +28,16 @@ from tests.redis_server import RedisServer
 
 MASTER = "sk-master-reported-prompts"
 INFLATION = 50
-PROMPT = "Summarise the attached report in one line. " * 10  # 430 characters
+PDF = "[pdf]"  # a prompt holding it is counted at INFLATION times (a document attached)
+PROMPT = PDF + " Summarise the attached report in one line." * 10  # 435 characters
 CONCURRENT = 40
 
 
 @dataclass
 class InflatingUpstream(LoopbackServer):
-    """An OpenAI-compatible chat upstream that reports ``INFLATION`` times the prompt
-    tokens its text holds (4 characters a token), after ``delay_s``."""
+    """An OpenAI-compatible chat upstream that reports the prompt tokens its text holds (4
+    characters a token), ``INFLATION`` times that for a prompt holding :data:`PDF`, after
+    ``delay_s``."""
 
     delay_s: float = 0.5
     bodies: list[dict[str, Any]] = field(default_factory=list)
@@ -51,8 +55,8 @@ class InflatingUpstream(LoopbackServer):
     ) -> None:
         request = json.loads(body) if body else {}
         self.bodies.append(request)
-        chars = sum(len(str(m.get("content") or "")) for m in request.get("messages", []))
-        prompt = INFLATION * max(1, chars // 4)
+        text = "".join(str(m.get("content") or "") for m in request.get("messages", []))
+        prompt = max(1, len(text) // 4) * (INFLATION if PDF in text else 1)
         await asyncio.sleep(self.delay_s)
         message = {"role": "assistant", "content": "Done."}
         answer = {
@@ -89,8 +93,16 @@ def gateway(
             stop_server(server)
 
 
-def body() -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
+def body(prompt: str = PROMPT) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 16}
+
+
+def post(server: Server, key: str, prompt: str, session: str | None = None) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"}
+    if session is not None:
+        headers["x-shunter-session"] = session
+    url = f"{server.api}/chat/completions"
+    return httpx.post(url, json=body(prompt), headers=headers, timeout=30)
 
 
 def spent_usd(redis: RedisServer, name: str) -> float:
@@ -103,8 +115,10 @@ def spent_usd(redis: RedisServer, name: str) -> float:
     return spent
 
 
-async def all_at_once(server: Server, key: str) -> list[int]:
+async def all_at_once(server: Server, key: str, session: str | None = None) -> list[int]:
     headers = {"authorization": f"Bearer {key}"}
+    if session is not None:
+        headers["x-shunter-session"] = session
     url = f"{server.api}/chat/completions"
     limits = httpx.Limits(max_connections=CONCURRENT)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
@@ -135,3 +149,25 @@ def test_after_one_answer_the_reported_prompt_is_reserved(
     # the budget had room for one more answer: at most one reservation past it
     assert served <= 1
     assert spent <= 0.01 + one + 1e-9
+
+
+def test_a_session_reserves_at_least_its_last_reported_prompt(
+    redis_server: RedisServer, gateway: Server
+) -> None:
+    key = redis_server.create_key("--name", "session", "--budget", "0.01")
+    first = post(gateway, key, PROMPT, session="with-pdf")
+    assert first.status_code == 200, first.text
+    # then many prompts counted as estimated: the deployment's ratio comes back near 1
+    plain = "Summarise the attached report in one line. " * 10
+    for _ in range(30):
+        assert post(gateway, key, plain).status_code == 200
+    spent = spent_usd(redis_server, "session")
+    one = first.json()["usage"]["prompt_tokens"] / 1e6
+    assert 0.01 - spent < one  # less left than the session's prompt costs
+    statuses = asyncio.run(all_at_once(gateway, key, session="with-pdf"))
+    after = spent_usd(redis_server, "session")
+    print(f"session: served {statuses.count(200)} of {CONCURRENT}; ${spent:.4f} -> ${after:.4f}")
+    assert set(statuses) <= {200, 429}
+    # the one the budget's room lets in, holding the session's prompt: no more
+    assert statuses.count(200) <= 1
+    assert after <= 0.01 + one + 1e-9
