@@ -35,9 +35,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.errors import InvalidRequestError
 from gateway.planner import Device, MemoryPlan, ModelSize
@@ -140,6 +140,9 @@ class DeploymentSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     in_process: ClassVar[bool] = True
     """Its engine runs inside the gateway's process (a model in this process's memory)."""
+    server_tool_prices: ClassVar[Mapping[str, float]] = {}
+    """Dollars per use of each server tool the provider runs itself, at its published
+    prices: a priced deployment bills them unless its ``price.server_tools`` says otherwise."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:/-]+$")
     model: str = Field(min_length=1)
@@ -172,6 +175,24 @@ class DeploymentSettings(BaseModel):
             "(document, search_result...), 'server_tools', 'output_config.<key>'"
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _published_server_tool_prices(cls, data: Any) -> Any:
+        """A priced deployment's server tools at the provider's published prices, where
+        its own ``price.server_tools`` names no price of its own (``0``: not billed)."""
+        if not cls.server_tool_prices or not isinstance(data, dict):
+            return data
+        price = data.get("price")
+        if isinstance(price, Price):
+            price = price.model_dump(exclude_unset=True)
+        if not isinstance(price, dict):
+            return data
+        own = price.get("server_tools") or {}
+        if not isinstance(own, dict):
+            return data  # not a table: validation names it
+        tools = {**cls.server_tool_prices, **own}
+        return {**data, "price": {**price, "server_tools": tools}}
 
     def memory_plan(self, devices: Mapping[str, Device]) -> MemoryPlan | str:
         """How this deployment's model fits the device it runs on, among ``devices`` (by

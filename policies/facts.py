@@ -46,7 +46,10 @@ class RequestFacts:
     output of ``n`` choices: ``tool_repeat`` is the tool call the conversation ends
     repeating and how many times in a row (a session's loop guard reads it);
     ``server_tools``: the upstream's own tools the request offers, with the most uses of
-    each it allows (``None``: not given), priced per use.
+    each it allows (``None``: not given), priced per use; ``upstream_prompt_tokens``:
+    the prompt tokens a deployment is expected to count for it where that is more than
+    ``prompt_tokens`` (what the deployment reported before: a provider's own system prompt,
+    a template or a document it counts but the estimate cannot see), by deployment name.
     """
 
     prompt_tokens: int
@@ -65,6 +68,13 @@ class RequestFacts:
     n: int = 1
     tool_repeat: tuple[str, int] | None = None
     server_tools: Mapping[str, int | None] = field(default_factory=dict, hash=False, compare=False)
+    upstream_prompt_tokens: Mapping[str, int] = field(
+        default_factory=dict, hash=False, compare=False
+    )
+
+    def prompt_at(self, deployment: str) -> int:
+        """The prompt tokens ``deployment`` is expected to count for this request."""
+        return max(self.prompt_tokens, self.upstream_prompt_tokens.get(deployment, 0))
 
     @property
     def output_tokens(self) -> int:

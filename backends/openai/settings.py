@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field
 
 from backends.http.settings import HTTPDeploymentSettings
 
+SERVER_TOOL_PRICES: Mapping[str, float] = {
+    # OpenAI's published prices for its built-in tools (platform.openai.com, pricing;
+    # 2026-03), by the type of the Responses output item that records each call (so that
+    # a Messages request's own server tools, which never reach this backend, hold nothing):
+    "web_search_call": 10 / 1000,  # $10 per 1,000 calls (search content tokens aside)
+    "file_search_call": 2.5 / 1000,  # $2.50 per 1,000 calls
+    "code_interpreter_call": 0.03,  # $0.03 per container (1 GB)
+}
+"""Dollars per use of OpenAI's built-in tools (``price.server_tools`` overrides each)."""
+
 
 class OpenAICompatSettings(HTTPDeploymentSettings):
     """One deployment behind an OpenAI-compatible API."""
+
+    server_tool_prices: ClassVar[Mapping[str, float]] = SERVER_TOOL_PRICES
 
     backend: Literal["openai"]
     base_url: str = "https://api.openai.com/v1"

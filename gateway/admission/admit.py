@@ -19,7 +19,10 @@ from the key's RPM/TPM (429 with ``retry-after``). ``admit_deployment``
 does the same against the chosen deployment's limits. ``admit`` also holds the request's
 worst case from the key's budget (the token estimate at the dearest price among the
 model's candidates; for a cascade, the dearest it may run, summed), atomically with the check,
-so that concurrent requests cannot all pass one check and overspend together.
+so that concurrent requests cannot all pass one check and overspend together. The prompt in
+both is as large as each candidate is expected to count it
+(``RequestFacts.upstream_prompt_tokens``: what the deployment reported for earlier requests,
+as a ratio to the estimate, and for the session's last), never less than the estimate.
 With a session, ``admit`` then applies the session's limits (the loop guard, its RPM/TPM,
 its budget and token cap, held the same way: :mod:`~gateway.admission.session_limits`).
 ``settle`` replaces the token estimate with the actual usage and the hold with the cost
@@ -151,9 +154,9 @@ class Admission:
         if output is None:
             output = self.default_output_reserve
         output *= facts.n
-        ticket = AdmissionTicket(key, model, facts.prompt_tokens + output)
+        ticket = AdmissionTicket(key, model, self._prompt_tokens(model, facts) + output)
         label = f"key '{key.name}'"
-        worst = self.worst_case_usd(model, facts.prompt_tokens, output, facts.server_tools)
+        worst = self.worst_case_usd(model, facts.prompt_tokens, output, facts.server_tools, facts)
         if key.budget_usd is not None:
             await self._hold_budget(ticket, label, worst)
         limit = RateLimit(rpm=key.rpm, tpm=key.tpm)
@@ -185,22 +188,36 @@ class Admission:
         prompt_tokens: int,
         output_tokens: int,
         server_tools: Mapping[str, int | None] | None = None,
+        facts: RequestFacts | None = None,
     ) -> float:
         """The most a request to ``model`` can cost: at its dearest candidate's price (its
-        server tools used as often as the request allows); for a cascade, at the dearest
+        server tools used as often as the request allows, its prompt as large as that
+        candidate is expected to count it, as ``facts`` say); for a cascade, at the dearest
         candidates' together, as many as it may run."""
         route = self.routes.get(model)
         if route is None:
             return 0.0
+
+        def prompt(deployment: str) -> int:
+            return prompt_tokens if facts is None else facts.prompt_at(deployment)
+
         costs = sorted(
             (
-                cost_usd(self.prices.get(d), prompt_tokens, output_tokens, server_tools)
+                cost_usd(self.prices.get(d), prompt(d), output_tokens, server_tools)
                 for d in route.candidates
             ),
             reverse=True,
         )
         runs = 1 if route.cascade is None else 1 + route.cascade.max_escalations
         return sum(costs[:runs])
+
+    def _prompt_tokens(self, model: str, facts: RequestFacts) -> int:
+        """The prompt tokens to reserve: the most any of ``model``'s candidates is expected
+        to count (never less than the estimate)."""
+        route = self.routes.get(model)
+        if route is None:
+            return facts.prompt_tokens
+        return max(facts.prompt_at(d) for d in route.candidates)
 
     async def _hold_budget(self, ticket: AdmissionTicket, label: str, worst: float) -> None:
         key = ticket.key

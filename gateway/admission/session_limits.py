@@ -22,6 +22,7 @@ Budgets and token caps fail closed (503 ``budget_unavailable`` while the store i
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import structlog
@@ -63,6 +64,12 @@ class SessionLimits:
             loop_repeats=repeats,
             idle_ttl_s=settings.idle_ttl_s,
         )
+
+    @property
+    def limited(self) -> bool:
+        """Whether any session limit is in force (then a new session counts toward the
+        key's new sessions: a new id must not escape a stopped session)."""
+        return self.capped or any((self.rpm, self.tpm, self.loop_repeats))
 
     @property
     def capped(self) -> bool:
@@ -124,6 +131,8 @@ class SessionGuard:
         if repeat is not None and loops is not None and repeat.count >= loops:
             await self._stop(session, "loop", limits, info)
             raise _loop(session, repeat, loops)
+        if limits.limited:
+            await self._count_new(session, key)
         label = f"session '{shown(session)}' of key '{key.name}'"
         rate = RateLimit(rpm=limits.rpm, tpm=limits.tpm)
         ticket.grant = await self.limiter.reserve(session.scope, label, rate, cost[1])
@@ -143,6 +152,25 @@ class SessionGuard:
             raise _over(session, held.reason, held.use, cost, limits)
         ticket.held = True
         return ticket
+
+    async def _count_new(self, session: SessionId, key: KeyInfo) -> None:
+        """Count ``session`` toward its key's new sessions of this window when it is new
+        here (not seen within the window); refuse it past ``sessions.new_per_key``."""
+        cap, window = self.settings.new_per_key, self.settings.new_window_s
+        if cap is None:
+            return
+        seen = f"session-seen:{{{session.scope}}}"
+        now = time.time()
+        started = int(now // window) * window
+        count_key = f"sessions-new:{{{key.id}}}:{started}"
+        try:
+            if await self.store.shared_get(seen) is None:
+                count = await self.store.shared_incr(count_key, 1, window)
+                if count > cap:
+                    raise _too_many(session, key, cap, window, started + window - now)
+            await self.store.shared_set(seen, "1", window)
+        except StateUnavailable:  # the count is a guard, not books: the request goes on
+            log.debug("session_count_unavailable", scope=session.scope)
 
     async def settle(
         self, ticket: SessionTicket, hold_id: str, used_tokens: int, cost_usd: float
@@ -209,13 +237,31 @@ def _info(session: SessionId, key: KeyInfo) -> tuple[tuple[str, str], ...]:
 
 
 def _loop(session: SessionId, repeat: ToolRepeat, limit: int) -> SessionStoppedError:
+    if ", " in repeat.name:  # a cycle of steps
+        what = f"repeated the tool calls '{repeat.name[:128]}' in a cycle {repeat.count} times"
+    else:
+        what = (
+            f"called the tool '{repeat.name[:64]}' with the same arguments "
+            f"{repeat.count} times in a row"
+        )
     return SessionStoppedError(
-        f"Session '{shown(session)}' is stopped: its agent called the tool "
-        f"'{repeat.name[:64]}' with the same arguments {repeat.count} times in a row "
-        f"(the loop guard allows {limit - 1}). Change the conversation, or start a new "
-        "session.",
+        f"Session '{shown(session)}' is stopped: its agent {what} (the loop guard allows "
+        f"{limit - 1}). Change the conversation, or start a new session.",
         reason="loop",
         code="session_loop_detected",
+        should_retry=False,
+    )
+
+
+def _too_many(
+    session: SessionId, key: KeyInfo, cap: int, window_s: int, resets_in_s: float
+) -> SessionStoppedError:
+    return SessionStoppedError(
+        f"Key '{key.name}' has started {cap} sessions in this window of {window_s} s "
+        f"(sessions.new_per_key); session '{shown(session)}' is refused until it resets "
+        f"in {resets_in_s:.0f} s. Go on in a session already started.",
+        reason="sessions",
+        code="session_limit_exceeded",
         should_retry=False,
     )
 

@@ -15,6 +15,7 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    IPvAnyNetwork,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -169,6 +170,11 @@ class HTTPSettings(BaseModel):
     socket_idle_s: float = Field(
         default=600.0, gt=0, description="a WebSocket silent this long is closed"
     )
+    trusted_proxies: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description="reverse proxies whose X-Forwarded-For names the client (addresses or "
+        "networks); none by default, loopback included: the peer is the client",
+    )
 
 
 class ResponsesSettings(BaseModel):
@@ -218,6 +224,15 @@ class SessionSettings(BaseModel):
         default=3600.0, gt=0, description="a session idle this long is forgotten (its books)"
     )
     loop_guard: LoopGuardSettings = LoopGuardSettings()
+    new_per_key: int | None = Field(
+        default=100,
+        ge=1,
+        description="sessions a key may start per new_window_s while its sessions have "
+        "limits (a new session id does not escape a stopped one); none: no cap",
+    )
+    new_window_s: int = Field(
+        default=3600, ge=1, description="the window of new_per_key, in seconds"
+    )
 
 
 _ORIGIN = re.compile(r"^https?://[^/\s]+$")

@@ -95,6 +95,9 @@ def serve(
         port=port,
         log_config=None,
         access_log=False,
+        # the peer is the client: X-Forwarded-For is read only where a configured proxy
+        # sent it (http.trusted_proxies), never on uvicorn's word that loopback is one
+        proxy_headers=False,
         timeout_graceful_shutdown=int(drain_timeout_s),
         # a WebSocket that negotiates permessage-deflate allocates zlib's state for its
         # life; a worker serving one-turn sockets grew several KB of resident memory per

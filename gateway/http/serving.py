@@ -133,6 +133,9 @@ async def admit(exchange: Exchange, decoded: Decoded) -> Admitted:
     facts = describe_request(routed, exchange.request_id, session_id)
     if decoded.server_tools:
         facts = replace(facts, server_tools=decoded.server_tools)
+    expected = services.gateway.expected_prompts(decoded.model, facts)
+    if expected:
+        facts = replace(facts, upstream_prompt_tokens=expected)
     try:
         ticket = await services.admission.admit(decoded.model, facts, exchange.key, session)
     except SessionStoppedError as exc:

@@ -18,7 +18,8 @@ Who may look:
   script reads it), ``SameSite=Strict`` (no other site's page sends it), limited to
   ``/ui`` and ``Secure`` over HTTPS. The sign-in and sign-out forms refuse an ``Origin``
   other than the page's own, and the pages forbid framing. A sign-in form is read only up
-  to :data:`_MAX_FORM` bytes (413 past it), and sign-ins are limited per client address.
+  to :data:`_MAX_FORM` bytes (413 past it), and failed sign-ins, by the form or by an
+  ``Authorization`` header, are limited per client address (429 past the limit).
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ from litestar.datastructures import Cookie
 from litestar.params import FromPath
 
 from gateway.admission.keys import KeyRing
+from gateway.admission.limits import Grant, Limiter
 from gateway.http.uicharts import charts, legend, svg
 from gateway.http.uidata import StatusData
 from gateway.http.uisession import (
     Session,
+    client_address,
     read_session,
     session_value,
-    sign_in_allowed,
+    sign_in_attempt,
     sign_out,
+    signed_in,
     signed_out,
 )
 
@@ -114,6 +118,8 @@ class _Access:
     allowed: bool
     open_mode: bool = False
     can_sign_in: bool = True
+    wait_s: float | None = None
+    """Set when the client's failed sign-ins are at their limit: the seconds to wait."""
 
 
 def _page(request: Request[Any, Any, Any]) -> StatusPage:
@@ -133,12 +139,36 @@ async def _access(request: Request[Any, Any, Any]) -> _Access:
     keys = _keys(request)
     if not await keys.auth_enabled():
         return _Access(True, open_mode=True)
-    if keys.is_master(request.headers.get("authorization")):
-        return _Access(True)
+    authorization = request.headers.get("authorization")
+    if authorization is not None:  # a guess as much as a form's: limited the same way
+        attempt = await _attempt(request)
+        if isinstance(attempt, float):
+            return _Access(False, wait_s=attempt)
+        if keys.is_master(authorization):
+            await signed_in(_limiter(request), attempt)
+            return _Access(True)
     if _secret(request) is None:  # keys, but no master key: nobody may see the page
         return _Access(False, can_sign_in=False)
     session = _session(request)
     return _Access(session is not None and not await signed_out(keys.store, session))
+
+
+def _limiter(request: Request[Any, Any, Any]) -> Limiter:
+    limiter: Limiter = request.app.state.services.admission.limiter
+    return limiter
+
+
+async def _attempt(request: Request[Any, Any, Any]) -> Grant | float:
+    """One sign-in attempt taken from the client's allowance, or the seconds to wait."""
+    trusted = request.app.state.gateway.config.http.trusted_proxies
+    peer = request.client.host if request.client is not None else None
+    client = client_address(peer, request.headers.get("x-forwarded-for"), trusted)
+    return await sign_in_attempt(_limiter(request), client)
+
+
+def _throttled(wait_s: float) -> Response[bytes]:
+    retry = str(max(1, round(wait_s)))
+    return _html(b"Too many failed sign-ins; try again later.", 429, **{"retry-after": retry})
 
 
 def _secret(request: Request[Any, Any, Any]) -> bytes | None:
@@ -179,6 +209,8 @@ def _login(request: Request[Any, Any, Any], access: _Access, error: str = "") ->
 async def status_page(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The whole page, or the sign-in form."""
     access = await _access(request)
+    if access.wait_s is not None:
+        return _throttled(access.wait_s)
     if not access.allowed:
         return _login(request, access)
     return _html(_page(request).render("page.html", **await _values(request, access)))
@@ -188,6 +220,8 @@ async def status_page(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def status_panel(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The page's live part, for the refresh script (401 once the session is over)."""
     access = await _access(request)
+    if access.wait_s is not None:
+        return _throttled(access.wait_s)
     if not access.allowed:
         return _html(b"", 401)
     return _html(_page(request).render("panel.html", **await _values(request, access)))
@@ -197,6 +231,8 @@ async def status_panel(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def status_json(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The page's data as JSON."""
     access = await _access(request)
+    if access.wait_s is not None:
+        return _throttled(access.wait_s)
     if not access.allowed:
         return Response(_NEEDS_MASTER, status_code=401, media_type="application/json")
     values = await _values(request, access)
@@ -225,11 +261,9 @@ async def sign_in(request: Request[Any, Any, Any]) -> Response[bytes]:
     access = await _access(request)
     if access.open_mode:
         return _redirect()
-    client = request.client.host if request.client is not None else "unknown"
-    wait = await sign_in_allowed(request.app.state.services.admission.limiter, client)
-    if wait is not None:
-        retry = str(max(1, round(wait)))
-        return _html(b"Too many sign-in attempts; try again later.", 429, **{"retry-after": retry})
+    attempt = await _attempt(request) if access.wait_s is None else access.wait_s
+    if isinstance(attempt, float):
+        return _throttled(attempt)
     raw = await _bounded_body(request)
     if raw is None:
         return _html(b"The sign-in form is too large.", 413)
@@ -237,6 +271,7 @@ async def sign_in(request: Request[Any, Any, Any]) -> Response[bytes]:
     submitted = parse_qs(raw.decode("utf-8", "replace")).get("key", [""])[0]
     if secret is None or not keys.is_master(f"Bearer {submitted.strip()}"):
         return _login(request, access, "That is not the master key.")
+    await signed_in(_limiter(request), attempt)
     expires = int(time.time()) + SESSION_S
     return _redirect(_cookie(request, session_value(secret, expires), SESSION_S))
 

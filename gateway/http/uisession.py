@@ -8,8 +8,12 @@ whose nonce is there is refused on every replica. (While that store is down, a s
 cookie that has not expired still opens the page: the page must stay readable during the
 outage it reports, and the cookie opens nothing else.)
 
-Sign-in attempts are limited per client address (:data:`SIGN_INS_PER_MINUTE`, counted in
-the shared store, or in-process while it is down), whatever the key they carry.
+Failed sign-ins are limited per client address (:data:`SIGN_INS_PER_MINUTE`, counted in
+the shared store, or in-process while it is down), a form's or an ``Authorization: Bearer``
+header's alike: each attempt takes one from the address's allowance and a right key gives
+it back, so the guesser is slowed and the admin signing in from elsewhere never is. The
+address is the connection's peer; ``X-Forwarded-For`` names it only when the peer is one of
+the configured ``http.trusted_proxies`` (then its right-most address that is not one).
 """
 
 from __future__ import annotations
@@ -17,10 +21,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.admission.limits import Limiter, LimitExceededError, RateLimit
+from pydantic import IPvAnyNetwork
+
+from gateway.admission.limits import Grant, Limiter, LimitExceededError, RateLimit
 from gateway.state.base import StateStore, StateUnavailable
 
 SIGN_INS_PER_MINUTE = 10
@@ -75,12 +83,40 @@ async def sign_out(store: StateStore, session: Session, now: float) -> None:
         await store.shared_set(_SIGNED_OUT + session.nonce, "1", session.expires - now)
 
 
-async def sign_in_allowed(limiter: Limiter, client: str) -> float | None:
-    """Take one sign-in attempt from ``client``'s allowance: ``None`` when allowed, else
-    the seconds until the next one is."""
+async def sign_in_attempt(limiter: Limiter, client: str) -> Grant | float:
+    """Take one sign-in attempt from ``client``'s allowance: the grant (give it back with
+    :func:`signed_in` when the key was right), else the seconds until the next is allowed."""
     scope = "ui-sign-in:" + "".join(c if c.isalnum() or c in ".:" else "_" for c in client)
     try:
-        await limiter.reserve(scope, "sign-in", RateLimit(rpm=SIGN_INS_PER_MINUTE), 0)
+        return await limiter.reserve(scope, "sign-in", RateLimit(rpm=SIGN_INS_PER_MINUTE), 0)
     except LimitExceededError as refused:
         return refused.retry_after or 60.0
-    return None
+
+
+async def signed_in(limiter: Limiter, attempt: Grant) -> None:
+    """The attempt carried the right key: it does not count against its address."""
+    await limiter.release(attempt)
+
+
+def client_address(
+    peer: str | None, forwarded_for: str | None, trusted: Sequence[IPvAnyNetwork]
+) -> str:
+    """The client's address: the peer's, or, when the peer is a trusted proxy, the
+    right-most address of ``X-Forwarded-For`` that is not (what a proxy appends can be
+    trusted; what the client sent before it cannot)."""
+    if peer is None:
+        return "unknown"
+    if not trusted or not forwarded_for or not _trusted(peer, trusted):
+        return peer
+    for hop in reversed([h.strip() for h in forwarded_for.split(",")]):
+        if not _trusted(hop, trusted):
+            return hop or peer
+    return peer
+
+
+def _trusted(address: str, trusted: Sequence[IPvAnyNetwork]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)

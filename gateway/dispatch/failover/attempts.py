@@ -49,7 +49,9 @@ async def attempt_once(
     """One try; the outcome goes to the breaker and the live figures. Request errors
     (4xx) propagate at once and say nothing about the deployment."""
     backend, breaker = candidate.backend, candidate.breaker
-    tracked = candidate.tracker.begin(request.prompt_tokens, request.prefix_chain)
+    tracked = candidate.tracker.begin(
+        request.prompt_tokens, request.prefix_chain, request.session_id
+    )
     recorded = False
     try:
         result = await attempt(candidate)

@@ -8,8 +8,9 @@ prompt tokens are still waiting for their first token there. Engines add their o
 
 from __future__ import annotations
 
+import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +23,11 @@ WINDOW_S = 30.0
 TOKENS_PER_CHAR = (0.05, 4.0)
 """The range a calibrated tokens-per-character ratio is held to (a report is never trusted
 past what any tokenizer does)."""
+PROMPT_RATIO = (0.05, 1000.0)
+"""The range a reported-to-estimated prompt ratio is held to: a provider's own system
+prompt, a template or a document can make an upstream count hundreds of times the text."""
+SESSIONS_REMEMBERED = 4096
+"""Sessions whose last reported prompt one deployment remembers (the oldest go first)."""
 
 
 def _ewma(current: float | None, sample: float) -> float:
@@ -37,16 +43,22 @@ class Attempt:
     started: float
     first_token_at: float | None = None
     done: bool = False
+    session: str | None = None
 
     def first_token(self) -> None:
         if self.first_token_at is None:
             self.first_token_at = self.tracker.clock()
             self.tracker.on_first_token(self)
 
-    def finish(self, completion_tokens: int | None, failed: bool = False) -> None:
+    def finish(
+        self, completion_tokens: int | None, failed: bool = False, prompt_tokens: int | None = None
+    ) -> None:
+        """The end of the attempt; ``prompt_tokens``: what the upstream reported counting."""
         if not self.done:
             self.done = True
             self.tracker.on_finish(self, completion_tokens, failed)
+            if prompt_tokens and not failed:
+                self.tracker.learn_prompt(self.prompt_tokens, prompt_tokens, self.session)
 
 
 @dataclass
@@ -69,6 +81,10 @@ class DeploymentTracker:
     """Prefix links of requests sent here lately, held before the engine reports them."""
     tokens_per_char: float | None = None
     """The engine's tokens per character of prompt content, an EWMA over its reports."""
+    prompt_ratio: float | None = None
+    """Prompt tokens the deployment reports per token the gateway estimated, an EWMA."""
+    _session_prompts: OrderedDict[str, int] = field(default_factory=OrderedDict, repr=False)
+    """The prompt tokens it last reported for each recent session."""
     _calibrated_on: object = field(default=None, repr=False)
     """The engine's last report of held links calibrated from (the same object while it
     has not changed)."""
@@ -80,11 +96,44 @@ class DeploymentTracker:
         self.sent = SentPrefixes(self.clock)
         self._born = self.clock()
 
-    def begin(self, prompt_tokens: int, chain: Sequence[tuple[str, int]] = ()) -> Attempt:
+    def begin(
+        self,
+        prompt_tokens: int,
+        chain: Sequence[tuple[str, int]] = (),
+        session: str | None = None,
+    ) -> Attempt:
         self.in_flight += 1
         self.prefill_backlog_tokens += prompt_tokens
         self.sent.record(chain, prompt_tokens)
-        return Attempt(self, prompt_tokens, self.clock())
+        return Attempt(self, prompt_tokens, self.clock(), session=session)
+
+    def learn_prompt(self, estimated: int, reported: int, session: str | None = None) -> None:
+        """The deployment counted ``reported`` prompt tokens where the gateway estimated
+        ``estimated``: fold the ratio into :attr:`prompt_ratio`, and remember the size as
+        ``session``'s last."""
+        low, high = PROMPT_RATIO
+        sample = min(max(reported / max(estimated, 1), low), high)
+        self.prompt_ratio = _ewma(self.prompt_ratio, sample)
+        if session is not None:
+            sessions = self._session_prompts
+            sessions[session] = reported
+            sessions.move_to_end(session)
+            while len(sessions) > SESSIONS_REMEMBERED:
+                sessions.popitem(last=False)
+
+    def expected_prompt(self, estimated: int, session: str | None = None) -> int:
+        """The prompt tokens this deployment is expected to count for a request estimated
+        at ``estimated``: never less than the estimate, the estimate at the learned ratio
+        (this replica's and its peers', the larger), and at least what it last reported
+        for ``session`` (a conversation only grows)."""
+        ratios = [r for r in (self.prompt_ratio, *(p.get("prompt_ratio") for p in self.peers)) if r]
+        expected = estimated
+        if ratios:
+            # rounded first: an EWMA near 1.0 must not add a token to every request
+            expected = max(expected, math.ceil(round(estimated * max(ratios), 6)))
+        if session is not None:
+            expected = max(expected, self._session_prompts.get(session, 0))
+        return expected
 
     def on_first_token(self, attempt: Attempt) -> None:
         assert attempt.first_token_at is not None
@@ -133,6 +182,7 @@ class DeploymentTracker:
             "ewma_ttft_ms": self.ewma_ttft_ms,
             "ewma_itl_ms": self.ewma_itl_ms,
             "ewma_service_ms": self.ewma_service_ms,
+            "prompt_ratio": self.prompt_ratio,
         }
 
     def _blend(self, name: str, own: float | None) -> float | None:

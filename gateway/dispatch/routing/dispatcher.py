@@ -267,7 +267,28 @@ class Gateway:
         admit = work.admit if work.admits else None
         routed = await self.call(work.model, attempt, work.operation, admit, work.facts)
         sent: Sent = routed.value
+        if sent.usage is not None and sent.usage.prompt_tokens:
+            facts = work.facts
+            tracker = routed.candidate.tracker
+            tracker.learn_prompt(facts.prompt_tokens, sent.usage.prompt_tokens, facts.session_id)
         return replace(routed, value=sent.value, sending=sent.sending, usage=sent.usage)
+
+    def expected_prompts(self, model: str, facts: RequestFacts) -> dict[str, int]:
+        """The prompt tokens each of ``model``'s deployments is expected to count for the
+        request ``facts`` describe, where that is more than the gateway's estimate (what it
+        reported for earlier requests: its learned ratio, the session's last prompt)."""
+        route = self.config.models.get(model)
+        if route is None:
+            return {}
+        expected = {}
+        for name in route.candidates:
+            tracker = self.trackers.get(name)
+            if tracker is None:
+                continue
+            tokens = tracker.expected_prompt(facts.prompt_tokens, facts.session_id)
+            if tokens > facts.prompt_tokens:
+                expected[name] = tokens
+        return expected
 
     async def open(self, work: Work) -> ServedStream:
         """``work``'s stream, opened (see :meth:`open_stream`): in the work's form, each

@@ -141,7 +141,10 @@ class ServedStream:
         await self.rest.aclose()
         usage = self.usage
         attempt = self._attempt if self._surviving is None else self._surviving.attempt
-        attempt.finish(usage.completion_tokens if usage else None)
+        if usage is None:
+            attempt.finish(None)
+        else:
+            attempt.finish(usage.completion_tokens, prompt_tokens=usage.prompt_tokens)
         cost = self._resume.cost(usage) if self._resume is not None else None
         return bill_of(self.candidate.settings.price, usage, cost, self.cascade)
 

@@ -2,7 +2,8 @@
 a real `shunter serve` on a real redis-server, in front of a scripted Anthropic upstream on
 loopback that reports ``usage.server_tool_use``, a key's budget holds each server tool's
 ``max_uses`` at its price before the call and is charged the uses reported after it, whole
-and streamed."""
+and streamed; a deployment priced for its tokens only bills them at Anthropic's published
+prices."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.redis_server import RedisServer
 
 MASTER = "sk-master-server-tools"
 SEARCH_USD = 0.01  # Anthropic's web search: $10 per 1,000
+TOKENS_ONLY = "{input_per_1m: 3, output_per_1m: 15}"  # the operator priced tokens only
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,10 @@ def gateway(
             f" api_key_env: UP_KEY, model: claude-x, price: {price}}}\n"
             f"  - {{name: slow, backend: anthropic, base_url: '{upstream.url}',"
             f" api_key_env: UP_KEY, model: slow, price: {price}}}\n"
+            f"  - {{name: tokens-only, backend: anthropic, base_url: '{upstream.url}',"
+            f" api_key_env: UP_KEY, model: claude-x, price: {TOKENS_ONLY}}}\n"
             "models:\n  claude: {candidates: [claude]}\n  slow: {candidates: [slow]}\n"
+            "  tokens-only: {candidates: [tokens-only]}\n"
         )
         env = {
             "SHUNTER_REDIS_URL": redis_server.url,
@@ -120,3 +125,15 @@ def _wait_for_a_hold(redis: RedisServer) -> None:
     while "holds" not in (redis.command("KEYS", "shunter:{key:*}:holds") or ""):
         assert time.monotonic() < deadline, "the first request never held its worst case"
         time.sleep(0.02)
+
+
+def test_a_deployment_priced_for_tokens_bills_searches_at_the_published_price(
+    redis_server: RedisServer, gateway: Server
+) -> None:
+    key = redis_server.create_key("--name", "published", "--budget", "5")
+    answer = post(gateway, key, searching("tokens-only", 50))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["server_tool_use"] == {"web_search_requests": 50}
+    spent = spent_usd(redis_server, "published")
+    # 50 searches at $10 per 1,000, and a few hundred tokens (well under $0.001)
+    assert 50 * 0.01 < spent < 50 * 0.01 + 0.001

@@ -7,7 +7,12 @@ import tracemalloc
 import pytest
 
 from backends.base import LiveStats
-from gateway.dispatch.health.live import TOKENS_PER_CHAR, WINDOW_S, DeploymentTracker
+from gateway.dispatch.health.live import (
+    SESSIONS_REMEMBERED,
+    TOKENS_PER_CHAR,
+    WINDOW_S,
+    DeploymentTracker,
+)
 from gateway.dispatch.health.sent import SENT_MAX, SENT_TTL_S
 
 
@@ -115,3 +120,37 @@ def test_a_new_deployments_departures_count_over_the_time_it_has_been_up() -> No
     tracker = DeploymentTracker(clock=clock)
     serve(tracker, clock, 5, per_s=1)
     assert tracker.figures(LiveStats()).departures_per_s == pytest.approx(1.0)
+
+
+def test_the_prompt_a_deployment_reports_is_what_it_is_expected_to_count() -> None:
+    tracker = DeploymentTracker(clock=Clock())
+    assert tracker.expected_prompt(100) == 100  # nothing reported yet: the estimate
+    attempt = tracker.begin(100, session="s1")
+    attempt.first_token()
+    attempt.finish(5, prompt_tokens=5000)  # a provider-side system prompt: 50 x
+    assert tracker.expected_prompt(100) == 5000
+    assert tracker.expected_prompt(200) == 10_000
+    for _ in range(40):  # then many requests counted as estimated
+        tracker.learn_prompt(100, 100, "other")
+    assert tracker.expected_prompt(100) < 110
+    # the conversation that reported 5000 keeps at least that: it only grows
+    assert tracker.expected_prompt(100, "s1") == 5000
+    assert tracker.expected_prompt(100, "new") < 110
+
+
+def test_a_report_under_the_estimate_never_lowers_a_reservation() -> None:
+    tracker = DeploymentTracker(clock=Clock())
+    tracker.learn_prompt(1000, 10)
+    assert tracker.expected_prompt(1000) == 1000
+
+
+def test_what_is_remembered_of_sessions_is_bounded() -> None:
+    tracker = DeploymentTracker(clock=Clock())
+    tracker.learn_prompt(10, 5000, "oldest")
+    for i in range(SESSIONS_REMEMBERED):
+        tracker.learn_prompt(10, 10, f"s{i}")
+    assert tracker.expected_prompt(10, "oldest") == 10  # forgotten: the bound holds
+    tracker.learn_prompt(10, 5000, "newest")
+    for i in range(SESSIONS_REMEMBERED - 1):
+        tracker.learn_prompt(10, 10, f"t{i}")
+    assert tracker.expected_prompt(10, "newest") == 5000

@@ -68,3 +68,26 @@ def test_a_user_turn_or_a_text_answer_ends_the_run() -> None:
 def test_no_tool_calls_no_repeat() -> None:
     assert repeated_tool_call(messages({"role": "assistant", "content": "hi"})) is None
     assert repeated_tool_call(messages()) is None
+
+
+def test_whole_numbers_compare_equal_however_written() -> None:
+    turns = [call("seek", {"line": 1}, 0), call("seek", {"line": 1.0}, 1)]
+    repeat = repeated_tool_call(messages(*turns))
+    assert repeat is not None and repeat.count == 2
+    assert canonical('{"n": 1.0, "m": 2.5, "k": 1e2}') == '{"k":100,"m":2.5,"n":1}'
+
+
+def test_a_short_cycle_of_calls_counts_its_rounds() -> None:
+    cycle = [("read_file", {"path": "a.py"}), ("run_tests", {"all": True})]
+    turns = [call(*cycle[i % 2], i) for i in range(8)]
+    repeat = repeated_tool_call(messages(*turns))
+    assert repeat is not None and (repeat.name, repeat.count) == ("read_file, run_tests", 4)
+    three = [("a", {}), ("b", {}), ("c", {"x": 1})]
+    repeat = repeated_tool_call(messages(*(call(*three[i % 3], i) for i in range(9))))
+    assert repeat is not None and (repeat.name, repeat.count) == ("a, b, c", 3)
+
+
+def test_a_cycle_longer_than_three_steps_is_not_a_loop() -> None:
+    four = [("a", {}), ("b", {}), ("c", {}), ("d", {})]
+    repeat = repeated_tool_call(messages(*(call(*four[i % 4], i) for i in range(12))))
+    assert repeat is not None and repeat.count == 1
