@@ -9,12 +9,14 @@ import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 from openai import OpenAI
 
+from gateway.apis.registry import apis
 from tests.conftest import Server, free_port, start_server, stop_server
 from tests.gateway.http.leaky_upstream import LeakyUpstream
 
@@ -48,7 +50,7 @@ def gateway(
         "reliability: {retries: 0, failure_threshold: 1000}\n"
         "deployments:\n"
         f"  - {{name: up, backend: openai, base_url: '{leaky.url}/v1', model: m,"
-        " api_key_env: LEAKY_OPENAI_KEY}\n"
+        " api_key_env: LEAKY_OPENAI_KEY, embeddings: true}\n"
         f"  - {{name: claude, backend: anthropic, base_url: '{leaky.url}', model: c,"
         " api_key_env: LEAKY_ANTHROPIC_KEY}\n"
         f"  - {{name: nowhere, backend: openai, base_url: 'http://127.0.0.1:{closed}/v1',"
@@ -151,3 +153,45 @@ def test_the_log_keeps_the_detail_but_no_credential(
     details = [line for line in log.splitlines() if '"upstream_error"' in line]
     assert details and "[redacted]" in details[-1]
     assert f"127.0.0.1:{leaky.port}" in details[-1]  # where it failed, for the operator
+
+
+GENERATION_SAMPLES: dict[str, Any] = {
+    "chat": {"messages": HELLO},
+    "text_completion": {"prompt": "hi"},
+    "embeddings": {"input": "hi"},
+    "responses": {"input": "hi"},
+    "messages": {"max_tokens": 8, "messages": HELLO},
+    "generate_content": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+}
+
+
+def _generations() -> list[tuple[str, str, str]]:
+    """Every generation operation the registry declares: (API, operation, path for ``up``)."""
+    found = []
+    for api in apis():
+        for operation in api.operations:
+            if operation.codec is None:
+                continue
+            path = operation.path
+            if "{" in path:  # the model in the path: ``{model}:action``
+                path = path[: path.index("{")] + f"up:{operation.action}"
+            found.append((api.name, operation.name, path))
+    return found
+
+
+@pytest.mark.parametrize(("api", "operation", "path"), _generations())
+def test_every_generation_operation_scrubs_an_echoed_credential(
+    gateway: Server, leaky: LeakyUpstream, api: str, operation: str, path: str
+) -> None:
+    leaky.mode = "500"
+    body = dict(GENERATION_SAMPLES[operation])
+    if operation != "generate_content":
+        body["model"] = "up"
+    if path.endswith("/compact"):
+        body = {"model": "up", "input": [{"role": "user", "content": "hi"}]}
+    sent = len(leaky.requests)
+    answer = httpx.post(f"{gateway.base_url}{path}", json=body, timeout=60)
+    assert len(leaky.requests) > sent, answer.text  # it went out, with the provider key
+    assert answer.status_code >= 500, answer.text
+    assert_clean(answer.text, leaky)
+    assert "error" in answer.json()
