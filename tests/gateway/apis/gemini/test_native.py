@@ -1,0 +1,359 @@
+"""Gemini clients through a ``gemini`` deployment, natively, against a real ``shunter
+serve`` in front of a recording Gemini upstream: the body arrives byte for byte (but the
+model, in the URL), the answer comes back as the upstream sent it (whole, server-sent
+events, or the JSON array), usage is billed and the access line written; a function call's
+thought signature survives a round trip with the ``google-genai`` SDK and with raw HTTP;
+the upstream's refusals reach the client in Google's shape; and a model whose Gemini
+deployment fails over to an OpenAI-wire one is translated for that one instead."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from google import genai
+from google.genai import errors, types
+
+from tests.conftest import Server, start_server, stop_server
+from tests.fixtures.gemini_upstream import SIGNATURE, USAGE, GeminiUpstream
+from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
+from tests.waiting import eventually
+
+MASTER = "sk-master-gemini-native"
+KEY = "AIzaSyNativeKey000000000000000000000000"
+UPSTREAM_MODEL = "gemini-3-pro-preview"
+PRICE = "price: {input_per_1m: 2, output_per_1m: 12}"
+
+# what only Google's API reads, written as no serializer would: the bytes must survive
+BODY = (
+    b'{ "contents" : [{"role":"user","parts":[{"text":"Weather in Paris, \\u00e9t\\u00e9?"}]}],\n'
+    b' "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],'
+    b' "cachedContent": "cachedContents/abc123",\n'
+    b' "generationConfig": {"temperature": 1.0E0, "maxOutputTokens": 64,'
+    b' "mediaResolution": "MEDIA_RESOLUTION_LOW"},'
+    b' "labels": {"team": "caf\xc3\xa9"}}'
+)
+WEATHER: Any = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "OBJECT",
+        "properties": {"city": {"type": "STRING"}},
+        "required": ["city"],
+    },
+}
+TOOLS = [{"functionDeclarations": [WEATHER]}]
+ASK = {"role": "user", "parts": [{"text": "Weather in Paris?"}]}
+
+
+@pytest.fixture(scope="module")
+def gemini_up() -> Iterator[GeminiUpstream]:
+    with GeminiUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chat_up() -> Iterator[ScriptedUpstream]:
+    with ScriptedUpstream(script=[Turn(text="From the other upstream.")]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(
+    gemini_up: GeminiUpstream, chat_up: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("gemini-native")
+    wire = f"backend: gemini, base_url: '{gemini_up.url}', api_key_env: GEM_KEY"
+    (folder / "config.yaml").write_text(
+        "reliability: {retries: 0}\n"
+        "deployments:\n"
+        f"  - {{name: gem, {wire}, model: {UPSTREAM_MODEL}, {PRICE}}}\n"
+        f"  - {{name: limited, {wire}, model: rate-limited}}\n"
+        f"  - {{name: long, {wire}, model: too-long}}\n"
+        f"  - {{name: long-sse, {wire}, model: too-long}}\n"
+        f"  - {{name: cut, {wire}, model: midstream-error}}\n"
+        f"  - {{name: down, {wire}, model: unavailable}}\n"
+        f"  - {{name: chat, backend: openai, base_url: '{chat_up.url}', model: scripted}}\n"
+        "models:\n"
+        "  gem: {candidates: [gem]}\n"
+        "  limited: {candidates: [limited], fallback: false}\n"
+        "  long: {candidates: [long], fallback: false}\n"
+        "  long-sse: {candidates: [long-sse], fallback: false}\n"
+        "  cut: {candidates: [cut], fallback: false}\n"
+        "  mixed: {candidates: [down, chat], policy: [first]}\n"
+    )
+    env = {"SHUNTER_MASTER_KEY": MASTER, "GEM_KEY": KEY}
+    started = start_server(folder / "config.yaml", folder / "server.log", env=env)
+    yield started
+    stop_server(started)
+
+
+def post(
+    server: Server, model: str, action: str, body: bytes, request_id: str = "", **params: str
+) -> httpx.Response:
+    headers = {"x-goog-api-key": MASTER, "content-type": "application/json"}
+    if request_id:
+        headers["x-request-id"] = request_id
+    url = f"{server.base_url}/v1beta/models/{model}:{action}"
+    return httpx.post(url, content=body, headers=headers, params=params, timeout=60)
+
+
+def spent(server: Server, deployment: str) -> float:
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    found = re.search(rf'shunter_cost_usd_total\{{[^}}]*deployment="{deployment}"[^}}]*\}} (\S+)', text)
+    return float(found.group(1)) if found else 0.0
+
+
+def access_line(server: Server, request_id: str) -> dict[str, Any]:
+    def lines() -> list[dict[str, Any]]:
+        return [
+            json.loads(line)
+            for line in server.log().splitlines()
+            if line.startswith("{") and request_id in line and '"event": "request"' in line
+        ]
+
+    assert eventually(lambda: bool(lines())), f"no access line for {request_id}"
+    return lines()[-1]
+
+
+def events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+
+
+# --- 1. the request and its answer, as they are -------------------------------------------
+
+
+def test_a_whole_request_goes_up_byte_for_byte_and_comes_back_as_sent(
+    server: Server, gemini_up: GeminiUpstream
+) -> None:
+    before = spent(server, "gem")
+    answer = post(server, "gem", "generateContent", BODY, "req-native-whole")
+    assert answer.status_code == 200, answer.text
+    seen = gemini_up.last()
+    assert seen.raw == BODY
+    assert seen.path == f"/v1beta/models/{UPSTREAM_MODEL}:generateContent"
+    assert seen.headers["x-goog-api-key"] == KEY  # the deployment's key, not the client's
+    assert "x-shunter-dropped" not in answer.headers
+    expected = {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": [{"text": "Hello from Gemini"}]},
+                "index": 0,
+                "finishReason": "STOP",
+            }
+        ],
+        "modelVersion": "gemini-test",
+        "usageMetadata": USAGE,
+        "responseId": "resp-gemini-1",
+    }
+    assert answer.content == json.dumps(expected).encode()  # the upstream's own bytes
+    assert eventually(lambda: spent(server, "gem") - before > 0)
+    assert spent(server, "gem") - before == pytest.approx((11 * 2 + 12 * 12) / 1e6)
+    line = access_line(server, "req-native-whole")
+    assert line["status"] == 200 and line["model"] == "gem"
+    assert line["deployment"] == "gem"
+    assert (line["prompt_tokens"], line["completion_tokens"]) == (11, 12)
+    assert KEY not in server.log() and MASTER not in server.log()
+
+
+def test_a_stream_with_alt_sse_is_the_upstreams_events(
+    server: Server, gemini_up: GeminiUpstream
+) -> None:
+    before = spent(server, "gem")
+    answer = post(server, "gem", "streamGenerateContent", BODY, "req-native-sse", alt="sse")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    seen = gemini_up.last("streamGenerateContent")
+    assert seen.raw == BODY
+    assert seen.path == f"/v1beta/models/{UPSTREAM_MODEL}:streamGenerateContent?alt=sse"
+    assert answer.content == gemini_up.streamed[-1].replace(b"\r\n", b"\n")
+    said = events(answer.text)
+    assert "".join(e["candidates"][0]["content"]["parts"][0]["text"] for e in said) == (
+        "Hello from Gemini"
+    )
+    assert eventually(lambda: spent(server, "gem") - before > 0)
+    assert spent(server, "gem") - before == pytest.approx((11 * 2 + 12 * 12) / 1e6)
+    line = access_line(server, "req-native-sse")
+    assert line["status"] == 200 and line["deployment"] == "gem"
+    assert (line["prompt_tokens"], line["completion_tokens"]) == (11, 12)
+
+
+def test_a_stream_without_alt_is_one_json_array_of_the_upstreams_events(
+    server: Server, gemini_up: GeminiUpstream
+) -> None:
+    answer = post(server, "gem", "streamGenerateContent", BODY, "req-native-array")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("application/json")
+    assert gemini_up.last("streamGenerateContent").raw == BODY
+    assert answer.json() == events(gemini_up.streamed[-1].decode())
+    line = access_line(server, "req-native-array")
+    assert line["status"] == 200 and line["completion_tokens"] == 12
+
+
+def test_count_tokens_goes_up_as_sent(server: Server, gemini_up: GeminiUpstream) -> None:
+    plain = b'{"contents": [{"parts": [{"text": "hi \\u00e9"}]}]}'
+    counted = post(server, "gem", "countTokens", plain)
+    assert counted.status_code == 200, counted.text
+    assert counted.json() == {"totalTokens": 42}
+    assert counted.headers["x-shunter-token-count"] == "upstream"
+    seen = gemini_up.last("countTokens")
+    assert seen.raw == plain and seen.path == f"/v1beta/models/{UPSTREAM_MODEL}:countTokens"
+    whole = b'{"generateContentRequest": {"model": "models/gem", "contents": [{"parts":[{"text":"hi"}]}]}}'
+    counted = post(server, "gem", "countTokens", whole)
+    assert counted.status_code == 200 and counted.json() == {"totalTokens": 42}
+    inner = gemini_up.last("countTokens").body["generateContentRequest"]
+    assert inner["model"] == f"models/{UPSTREAM_MODEL}"
+
+
+# --- 2. thought signatures ----------------------------------------------------------------
+
+
+def test_a_thought_signature_survives_a_raw_round_trip(
+    server: Server, gemini_up: GeminiUpstream
+) -> None:
+    first = {"contents": [ASK], "tools": TOOLS}
+    answer = post(server, "gem", "streamGenerateContent", json.dumps(first).encode(), alt="sse")
+    assert answer.status_code == 200, answer.text
+    parts = [part for e in events(answer.text) for part in e["candidates"][0]["content"]["parts"]]
+    assert parts[0]["thoughtSignature"] == SIGNATURE
+    results = [
+        {"functionResponse": {"id": p["functionCall"]["id"], "name": "get_weather",
+                              "response": {"temp_c": 21}}}
+        for p in parts
+    ]
+    turns = [ASK, {"role": "model", "parts": parts}, {"role": "user", "parts": results}]
+    second = json.dumps({"contents": turns, "tools": TOOLS}, separators=(",", ":")).encode()
+    answer = post(server, "gem", "generateContent", second)
+    assert answer.status_code == 200, answer.text
+    said = answer.json()["candidates"][0]["content"]["parts"]
+    assert said == [{"text": 'The tool said: {"temp_c": 21}'}]
+    seen = gemini_up.last()
+    assert seen.raw == second
+    assert f'"thoughtSignature":"{SIGNATURE}"'.encode() in seen.raw
+
+
+def test_a_thought_signature_survives_the_google_genai_sdk(
+    server: Server, gemini_up: GeminiUpstream
+) -> None:
+    sdk_sent: list[bytes] = []
+
+    def record(request: httpx.Request) -> None:
+        sdk_sent.append(request.read())
+
+    hooks = {"event_hooks": {"request": [record]}}
+    options = types.HttpOptions(base_url=server.base_url, timeout=60_000, client_args=hooks)
+    client = genai.Client(api_key=MASTER, http_options=options)
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(**WEATHER)])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    )
+    question = types.Content(role="user", parts=[types.Part(text="Weather in Paris?")])
+    first = client.models.generate_content(model="gem", contents=[question], config=config)
+    # the SDK calls /v1; the deployment's own API version is what goes up
+    assert gemini_up.last().path == f"/v1beta/models/{UPSTREAM_MODEL}:generateContent"
+    assert first.candidates and first.candidates[0].content
+    made = first.candidates[0].content.parts or []
+    assert made[0].thought_signature == base64.b64decode(SIGNATURE)
+    assert made[1].thought_signature is None
+    assert [p.function_call.id for p in made if p.function_call] == ["fc_1", "fc_2"]
+    replies = [
+        types.Part(
+            function_response=types.FunctionResponse(
+                id=call.id, name=call.name, response={"output": "sunny"}
+            )
+        )
+        for call in first.function_calls or []
+    ]
+    history = [question, first.candidates[0].content, types.Content(role="user", parts=replies)]
+    second = client.models.generate_content(model="gem", contents=history, config=config)
+    assert second.text == 'The tool said: {"output": "sunny"}'
+    seen = gemini_up.last()
+    assert seen.raw == sdk_sent[-1]  # what the SDK wrote, byte for byte
+    model_turn = seen.body["contents"][1]
+    # the SDK writes bytes as URL-safe base64, which Google reads as it reads its own
+    assert base64.urlsafe_b64decode(model_turn["parts"][0]["thoughtSignature"]) == (
+        base64.b64decode(SIGNATURE)
+    )
+    assert "thoughtSignature" not in model_turn["parts"][1]
+    streamed = client.models.generate_content_stream(model="gem", contents=history, config=config)
+    assert "".join(p.text or "" for p in streamed) == 'The tool said: {"output": "sunny"}'
+    assert gemini_up.last("streamGenerateContent").raw == sdk_sent[-1]
+
+
+# --- 3. the upstream's refusals -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_upstream_refusal_reaches_the_client_in_googles_shape(
+    server: Server, streamed: bool
+) -> None:
+    action = "streamGenerateContent" if streamed else "generateContent"
+    params = {"alt": "sse"} if streamed else {}
+    limited = post(server, "limited", action, BODY, **params)
+    assert limited.status_code == 429, limited.text
+    error = limited.json()["error"]
+    assert error["code"] == 429 and error["status"] == "RESOURCE_EXHAUSTED"
+    assert "You exceeded your current quota." in error["message"]
+    assert limited.headers["retry-after"] == "37"
+    # a context refusal teaches the gateway the deployment's limit: one deployment each
+    long = post(server, "long-sse" if streamed else "long", action, BODY, **params)
+    assert long.status_code == 400, long.text
+    error = long.json()["error"]
+    assert error["code"] == 400 and error["status"] == "INVALID_ARGUMENT"
+    assert "exceeds the maximum number of tokens allowed" in error["message"]
+    assert KEY not in limited.text + long.text
+
+
+def test_the_sdk_reads_an_upstream_refusal_as_its_own(server: Server) -> None:
+    options = types.HttpOptions(base_url=server.base_url, timeout=60_000)
+    client = genai.Client(api_key=MASTER, http_options=options)
+    with pytest.raises(errors.ClientError) as caught:
+        client.models.generate_content(model="long", contents="hi")
+    assert caught.value.code == 400 and caught.value.status == "INVALID_ARGUMENT"
+
+
+# --- 4. a Gemini deployment that fails over to an OpenAI-wire one -------------------------
+
+
+def test_a_fallback_is_translated_and_leaves_the_signature_behind(
+    server: Server, gemini_up: GeminiUpstream, chat_up: ScriptedUpstream
+) -> None:
+    call = {
+        "functionCall": {"id": "fc_1", "name": "get_weather", "args": {"city": "Paris"}},
+        "thoughtSignature": SIGNATURE,
+    }
+    answered = {"functionResponse": {"id": "fc_1", "name": "get_weather",
+                                     "response": {"temp_c": 21}}}
+    turns = [ASK, {"role": "model", "parts": [call]}, {"role": "user", "parts": [answered]}]
+    body = json.dumps({"contents": turns, "tools": TOOLS}).encode()
+    chat_up.bodies.clear()
+    answer = post(server, "mixed", "generateContent", body, "req-native-mixed")
+    assert answer.status_code == 200, answer.text
+    tried = gemini_up.last()
+    assert tried.path == "/v1beta/models/unavailable:generateContent" and tried.raw == body
+    sent = chat_up.bodies[-1]
+    assert SIGNATURE not in json.dumps(sent) and "thoughtSignature" not in json.dumps(sent)
+    assert sent["messages"][1]["tool_calls"][0]["id"] == "fc_1"
+    assert sent["messages"][2] == {"role": "tool", "tool_call_id": "fc_1",
+                                   "content": '{"temp_c": 21}'}
+    said = answer.json()["candidates"][0]
+    assert said["content"]["parts"] == [{"text": "From the other upstream."}]
+    line = access_line(server, "req-native-mixed")
+    assert line["deployment"] == "chat"
+
+
+@pytest.mark.parametrize("sse", [True, False])
+def test_a_failure_mid_stream_ends_the_stream_in_its_own_framing(
+    server: Server, sse: bool
+) -> None:
+    params = {"alt": "sse"} if sse else {}
+    answer = post(server, "cut", "streamGenerateContent", BODY, **params)
+    assert answer.status_code == 200
+    said = events(answer.text) if sse else answer.json()
+    assert said[0]["candidates"][0]["content"]["parts"] == [{"text": "Hello "}]
+    assert said[-1]["error"]["code"] == 502 and said[-1]["error"]["status"] == "UNAVAILABLE"
