@@ -105,7 +105,9 @@ def post(
 
 def spent(server: Server, deployment: str) -> float:
     text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    found = re.search(rf'shunter_cost_usd_total\{{[^}}]*deployment="{deployment}"[^}}]*\}} (\S+)', text)
+    found = re.search(
+        rf'shunter_cost_usd_total\{{[^}}]*deployment="{deployment}"[^}}]*\}} (\S+)', text
+    )
     return float(found.group(1)) if found else 0.0
 
 
@@ -203,7 +205,10 @@ def test_count_tokens_goes_up_as_sent(server: Server, gemini_up: GeminiUpstream)
     assert counted.headers["x-shunter-token-count"] == "upstream"
     seen = gemini_up.last("countTokens")
     assert seen.raw == plain and seen.path == f"/v1beta/models/{UPSTREAM_MODEL}:countTokens"
-    whole = b'{"generateContentRequest": {"model": "models/gem", "contents": [{"parts":[{"text":"hi"}]}]}}'
+    whole = (
+        b'{"generateContentRequest": {"model": "models/gem",'
+        b' "contents": [{"parts":[{"text":"hi"}]}]}}'
+    )
     counted = post(server, "gem", "countTokens", whole)
     assert counted.status_code == 200 and counted.json() == {"totalTokens": 42}
     inner = gemini_up.last("countTokens").body["generateContentRequest"]
@@ -222,8 +227,13 @@ def test_a_thought_signature_survives_a_raw_round_trip(
     parts = [part for e in events(answer.text) for part in e["candidates"][0]["content"]["parts"]]
     assert parts[0]["thoughtSignature"] == SIGNATURE
     results = [
-        {"functionResponse": {"id": p["functionCall"]["id"], "name": "get_weather",
-                              "response": {"temp_c": 21}}}
+        {
+            "functionResponse": {
+                "id": p["functionCall"]["id"],
+                "name": "get_weather",
+                "response": {"temp_c": 21},
+            }
+        }
         for p in parts
     ]
     turns = [ASK, {"role": "model", "parts": parts}, {"role": "user", "parts": results}]
@@ -327,8 +337,9 @@ def test_a_fallback_is_translated_and_leaves_the_signature_behind(
         "functionCall": {"id": "fc_1", "name": "get_weather", "args": {"city": "Paris"}},
         "thoughtSignature": SIGNATURE,
     }
-    answered = {"functionResponse": {"id": "fc_1", "name": "get_weather",
-                                     "response": {"temp_c": 21}}}
+    answered = {
+        "functionResponse": {"id": "fc_1", "name": "get_weather", "response": {"temp_c": 21}}
+    }
     turns = [ASK, {"role": "model", "parts": [call]}, {"role": "user", "parts": [answered]}]
     body = json.dumps({"contents": turns, "tools": TOOLS}).encode()
     chat_up.bodies.clear()
@@ -339,8 +350,11 @@ def test_a_fallback_is_translated_and_leaves_the_signature_behind(
     sent = chat_up.bodies[-1]
     assert SIGNATURE not in json.dumps(sent) and "thoughtSignature" not in json.dumps(sent)
     assert sent["messages"][1]["tool_calls"][0]["id"] == "fc_1"
-    assert sent["messages"][2] == {"role": "tool", "tool_call_id": "fc_1",
-                                   "content": '{"temp_c": 21}'}
+    assert sent["messages"][2] == {
+        "role": "tool",
+        "tool_call_id": "fc_1",
+        "content": '{"temp_c": 21}',
+    }
     said = answer.json()["candidates"][0]
     assert said["content"]["parts"] == [{"text": "From the other upstream."}]
     line = access_line(server, "req-native-mixed")
@@ -348,12 +362,58 @@ def test_a_fallback_is_translated_and_leaves_the_signature_behind(
 
 
 @pytest.mark.parametrize("sse", [True, False])
-def test_a_failure_mid_stream_ends_the_stream_in_its_own_framing(
-    server: Server, sse: bool
-) -> None:
+def test_a_failure_mid_stream_ends_the_stream_in_its_own_framing(server: Server, sse: bool) -> None:
     params = {"alt": "sse"} if sse else {}
     answer = post(server, "cut", "streamGenerateContent", BODY, **params)
     assert answer.status_code == 200
     said = events(answer.text) if sse else answer.json()
     assert said[0]["candidates"][0]["content"]["parts"] == [{"text": "Hello "}]
     assert said[-1]["error"]["code"] == 502 and said[-1]["error"]["status"] == "UNAVAILABLE"
+
+
+def test_a_streamed_fallback_is_translated_and_says_what_it_dropped(
+    server: Server, gemini_up: GeminiUpstream, chat_up: ScriptedUpstream
+) -> None:
+    body = {
+        "contents": [ASK],
+        "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+    }
+    raw = json.dumps(body).encode()
+    chat_up.script[:] = [Turn(text="From the other upstream.")]
+    chat_up.bodies.clear()
+    answer = post(server, "mixed", "streamGenerateContent", raw, alt="sse")
+    assert answer.status_code == 200, answer.text
+    assert gemini_up.last("streamGenerateContent").raw == raw  # tried natively first
+    assert answer.headers["x-shunter-dropped"] == "safetySettings"
+    said = events(answer.text)
+    text = "".join(p.get("text", "") for e in said for p in e["candidates"][0]["content"]["parts"])
+    assert text == "From the other upstream."
+    assert said[-1]["candidates"][0]["finishReason"] == "STOP"
+    assert chat_up.bodies[-1]["stream"] is True and "safetySettings" not in chat_up.bodies[-1]
+
+
+def test_a_call_made_elsewhere_goes_back_to_gemini_as_gemini_3_takes_it(
+    server: Server, gemini_up: GeminiUpstream, chat_up: ScriptedUpstream
+) -> None:
+    chat_up.script[:] = [Turn(calls=(("get_weather", '{"city": "Paris"}'),))]
+    first = post(
+        server, "mixed", "generateContent", json.dumps({"contents": [ASK], "tools": TOOLS}).encode()
+    )
+    assert first.status_code == 200, first.text
+    made = first.json()["candidates"][0]["content"]
+    assert [p["functionCall"]["name"] for p in made["parts"]] == ["get_weather"]
+    assert "thoughtSignature" not in made["parts"][0]  # the other upstream signs nothing
+    answered = {
+        "functionResponse": {
+            "id": made["parts"][0]["functionCall"]["id"],
+            "name": "get_weather",
+            "response": {"temp_c": 21},
+        }
+    }
+    turns = [ASK, made, {"role": "user", "parts": [answered]}]
+    second = post(
+        server, "gem", "generateContent", json.dumps({"contents": turns, "tools": TOOLS}).encode()
+    )
+    assert second.status_code == 200, second.text
+    sent = gemini_up.last().body["contents"][1]["parts"][0]
+    assert sent["thoughtSignature"] == "skip_thought_signature_validator"
