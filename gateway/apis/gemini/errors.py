@@ -1,7 +1,10 @@
 """Errors in Google's shape: ``{"error": {"code", "message", "status"}}``, ``status`` the
 canonical name of the HTTP status (400 ``INVALID_ARGUMENT``, 401 ``UNAUTHENTICATED``...),
 and for a refusal that names a field, a ``google.rpc.BadRequest`` detail whose field
-violation names it as Gemini does (``contents[0].parts[1].inlineData``)."""
+violation names it as Gemini does (``contents[0].parts[1].inlineData``). An error that
+says when to try again (a rate limit, an upstream's quota) carries a ``google.rpc.RetryInfo``
+detail with that ``retryDelay``, beside the ``retry-after`` header: Google's clients read
+the detail (Gemini CLI waits that long, and gives up past five minutes)."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ STATUSES = {
     504: "DEADLINE_EXCEEDED",
 }
 _BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
 
 def google_status(status: int) -> str:
@@ -43,9 +47,14 @@ def error_object(error: GatewayError, status: int) -> dict[str, Any]:
         "message": error.message,
         "status": google_status(status),
     }
+    details: list[dict[str, Any]] = []
     if error.param:
         violation = {"field": error.param, "description": error.message}
-        body["details"] = [{"@type": _BAD_REQUEST, "fieldViolations": [violation]}]
+        details.append({"@type": _BAD_REQUEST, "fieldViolations": [violation]})
+    if error.retry_after is not None:
+        details.append({"@type": _RETRY_INFO, "retryDelay": f"{max(1, round(error.retry_after))}s"})
+    if details:
+        body["details"] = details
     return body
 
 

@@ -310,6 +310,8 @@ def test_an_upstream_refusal_reaches_the_client_in_googles_shape(
     assert error["code"] == 429 and error["status"] == "RESOURCE_EXHAUSTED"
     assert "You exceeded your current quota." in error["message"]
     assert limited.headers["retry-after"] == "37"
+    retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}
+    assert error["details"] == [retry]  # what Google's clients read to wait
     # a context refusal teaches the gateway the deployment's limit: one deployment each
     long = post(server, "long-sse" if streamed else "long", action, BODY, **params)
     assert long.status_code == 400, long.text
