@@ -12,6 +12,7 @@ import base64
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ from tests.fixtures.gemini_upstream import SIGNATURE, USAGE, GeminiUpstream
 from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
 from tests.waiting import eventually
 
+AGENTS = Path(__file__).resolve().parents[3] / "fixtures" / "agents"
 MASTER = "sk-master-gemini-native"
 KEY = "AIzaSyNativeKey000000000000000000000000"
 UPSTREAM_MODEL = "gemini-3-pro-preview"
@@ -419,3 +421,24 @@ def test_a_call_made_elsewhere_goes_back_to_gemini_as_gemini_3_takes_it(
     assert second.status_code == 200, second.text
     sent = gemini_up.last().body["contents"][1]["parts"][0]
     assert sent["thoughtSignature"] == "skip_thought_signature_validator"
+
+
+@pytest.mark.parametrize("turn", [1, 2])
+def test_what_gemini_cli_sends_goes_up_as_sent(
+    server: Server, gemini_up: GeminiUpstream, turn: int
+) -> None:
+    captured = json.loads((AGENTS / f"gemini-cli-generate-turn{turn}.json").read_text())
+    raw = json.dumps(captured["body"], indent=1).encode()
+    answer = post(server, "gem", "streamGenerateContent", raw, alt="sse")
+    assert answer.status_code == 200, answer.text
+    seen = gemini_up.last("streamGenerateContent")
+    if turn == 1:
+        assert seen.raw == raw
+        return
+    # its first turn was answered by a chat upstream: the call it made is unsigned, and
+    # Gemini 3 takes it only with the marker, the one change made to what it sent
+    expected = json.loads(raw)
+    expected["contents"][1]["parts"][0]["thoughtSignature"] = "skip_thought_signature_validator"
+    assert seen.body == expected
+    tail = raw[raw.index(b'"systemInstruction"') :]
+    assert seen.raw.endswith(tail)  # the rest byte for byte
