@@ -72,7 +72,8 @@ def server(
     folder = tmp_path_factory.mktemp("gemini-native")
     wire = f"backend: gemini, base_url: '{gemini_up.url}', api_key_env: GEM_KEY"
     (folder / "config.yaml").write_text(
-        "reliability: {retries: 0}\n"
+        # no breaker opens: each fallback below tries the gemini deployment first
+        "reliability: {retries: 0, failure_threshold: 1000}\n"
         "deployments:\n"
         f"  - {{name: gem, {wire}, model: {UPSTREAM_MODEL}, {PRICE}}}\n"
         f"  - {{name: limited, {wire}, model: rate-limited}}\n"
@@ -80,6 +81,7 @@ def server(
         f"  - {{name: long-sse, {wire}, model: too-long}}\n"
         f"  - {{name: cut, {wire}, model: midstream-error}}\n"
         f"  - {{name: down, {wire}, model: unavailable}}\n"
+        f"  - {{name: refused, {wire}, model: bad-key}}\n"
         f"  - {{name: chat, backend: openai, base_url: '{chat_up.url}', model: scripted}}\n"
         "models:\n"
         "  gem: {candidates: [gem]}\n"
@@ -88,6 +90,7 @@ def server(
         "  long-sse: {candidates: [long-sse], fallback: false}\n"
         "  cut: {candidates: [cut], fallback: false}\n"
         "  mixed: {candidates: [down, chat], policy: [first]}\n"
+        "  refused: {candidates: [refused], fallback: false}\n"
     )
     env = {"SHUNTER_MASTER_KEY": MASTER, "GEM_KEY": KEY}
     started = start_server(folder / "config.yaml", folder / "server.log", env=env)
@@ -190,10 +193,14 @@ def test_a_stream_with_alt_sse_is_the_upstreams_events(
 def test_a_stream_without_alt_is_one_json_array_of_the_upstreams_events(
     server: Server, gemini_up: GeminiUpstream
 ) -> None:
-    answer = post(server, "gem", "streamGenerateContent", BODY, "req-native-array")
+    url = f"{server.base_url}/v1beta/models/gem:streamGenerateContent"
+    headers = {"content-type": "application/json", "x-request-id": "req-native-array"}
+    answer = httpx.post(url, content=BODY, headers=headers, params={"key": MASTER}, timeout=60)
     assert answer.status_code == 200, answer.text
     assert answer.headers["content-type"].startswith("application/json")
-    assert gemini_up.last("streamGenerateContent").raw == BODY
+    seen = gemini_up.last("streamGenerateContent")
+    assert seen.raw == BODY and seen.path.endswith(":streamGenerateContent?alt=sse")
+    assert seen.headers["x-goog-api-key"] == KEY  # the client's key stays here
     assert answer.json() == events(gemini_up.streamed[-1].decode())
     line = access_line(server, "req-native-array")
     assert line["status"] == 200 and line["completion_tokens"] == 12
@@ -323,6 +330,14 @@ def test_an_upstream_refusal_reaches_the_client_in_googles_shape(
     assert KEY not in limited.text + long.text
 
 
+def test_a_key_google_refuses_is_the_operators_business(server: Server) -> None:
+    refused = post(server, "refused", "generateContent", BODY)
+    assert refused.status_code == 502, refused.text
+    error = refused.json()["error"]
+    assert error["status"] == "UNAVAILABLE" and "API key" in error["message"]
+    assert "API key not valid" not in error["message"] and KEY not in refused.text
+
+
 def test_the_sdk_reads_an_upstream_refusal_as_its_own(server: Server) -> None:
     options = types.HttpOptions(base_url=server.base_url, timeout=60_000)
     client = genai.Client(api_key=MASTER, http_options=options)
@@ -344,7 +359,9 @@ def test_a_fallback_is_translated_and_leaves_the_signature_behind(
     answered = {
         "functionResponse": {"id": "fc_1", "name": "get_weather", "response": {"temp_c": 21}}
     }
-    turns = [ASK, {"role": "model", "parts": [call]}, {"role": "user", "parts": [answered]}]
+    thought = {"text": "Paris, then.", "thought": True}
+    model = {"role": "model", "parts": [thought, call]}
+    turns = [ASK, model, {"role": "user", "parts": [answered]}]
     body = json.dumps({"contents": turns, "tools": TOOLS}).encode()
     chat_up.bodies.clear()
     answer = post(server, "mixed", "generateContent", body, "req-native-mixed")
@@ -353,6 +370,7 @@ def test_a_fallback_is_translated_and_leaves_the_signature_behind(
     assert tried.path == "/v1beta/models/unavailable:generateContent" and tried.raw == body
     sent = chat_up.bodies[-1]
     assert SIGNATURE not in json.dumps(sent) and "thoughtSignature" not in json.dumps(sent)
+    assert "Paris, then." not in json.dumps(sent)  # a thought is Gemini's own
     assert sent["messages"][1]["tool_calls"][0]["id"] == "fc_1"
     assert sent["messages"][2] == {
         "role": "tool",
@@ -442,3 +460,15 @@ def test_what_gemini_cli_sends_goes_up_as_sent(
     assert seen.body == expected
     tail = raw[raw.index(b'"systemInstruction"') :]
     assert seen.raw.endswith(tail)  # the rest byte for byte
+
+
+def test_what_only_google_takes_is_refused_by_name_on_a_fallback(
+    server: Server, gemini_up: GeminiUpstream
+) -> None:
+    body = json.dumps({"contents": [ASK], "cachedContent": "cachedContents/abc123"}).encode()
+    answer = post(server, "mixed", "generateContent", body)
+    assert gemini_up.last().raw == body  # the gemini deployment was offered it as sent
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and error["message"].startswith("cachedContent")
+    assert error["details"][0]["fieldViolations"][0]["field"] == "cachedContent"
