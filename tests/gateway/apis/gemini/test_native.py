@@ -108,12 +108,22 @@ def post(
     return httpx.post(url, content=body, headers=headers, params=params, timeout=60)
 
 
-def spent(server: Server, deployment: str) -> float:
+def metric(server: Server, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
     text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    found = re.search(
-        rf'shunter_cost_usd_total\{{[^}}]*deployment="{deployment}"[^}}]*\}} (\S+)', text
-    )
-    return float(found.group(1)) if found else 0.0
+    total = 0.0
+    for found in re.finditer(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.MULTILINE):
+        if all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
+            total += float(found.group(2))
+    return total
+
+
+def spent(server: Server, deployment: str) -> float:
+    return metric(server, "shunter_cost_usd_total", deployment=deployment)
+
+
+def tokens(server: Server, kind: str) -> float:
+    return metric(server, "gen_ai_client_token_usage_sum", deployment="gem", gen_ai_token_type=kind)
 
 
 def access_line(server: Server, request_id: str) -> dict[str, Any]:
@@ -139,6 +149,7 @@ def test_a_whole_request_goes_up_byte_for_byte_and_comes_back_as_sent(
     server: Server, gemini_up: GeminiUpstream
 ) -> None:
     before = spent(server, "gem")
+    given, made = tokens(server, "input"), tokens(server, "output")
     answer = post(server, "gem", "generateContent", BODY, "req-native-whole")
     assert answer.status_code == 200, answer.text
     seen = gemini_up.last()
@@ -161,6 +172,7 @@ def test_a_whole_request_goes_up_byte_for_byte_and_comes_back_as_sent(
     assert answer.content == json.dumps(expected).encode()  # the upstream's own bytes
     assert eventually(lambda: spent(server, "gem") - before > 0)
     assert spent(server, "gem") - before == pytest.approx((11 * 2 + 12 * 12) / 1e6)
+    assert (tokens(server, "input") - given, tokens(server, "output") - made) == (11, 12)
     line = access_line(server, "req-native-whole")
     assert line["status"] == 200 and line["model"] == "gem"
     assert line["deployment"] == "gem"
