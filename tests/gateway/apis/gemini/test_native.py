@@ -82,6 +82,7 @@ def server(
         f"  - {{name: cut, {wire}, model: midstream-error}}\n"
         f"  - {{name: down, {wire}, model: unavailable}}\n"
         f"  - {{name: refused, {wire}, model: bad-key}}\n"
+        f"  - {{name: unknown, {wire}, model: bad-field}}\n"
         f"  - {{name: chat, backend: openai, base_url: '{chat_up.url}', model: scripted}}\n"
         "models:\n"
         "  gem: {candidates: [gem]}\n"
@@ -91,6 +92,7 @@ def server(
         "  cut: {candidates: [cut], fallback: false}\n"
         "  mixed: {candidates: [down, chat], policy: [first]}\n"
         "  refused: {candidates: [refused], fallback: false}\n"
+        "  unknown: {candidates: [unknown], fallback: false}\n"
     )
     env = {"SHUNTER_MASTER_KEY": MASTER, "GEM_KEY": KEY}
     started = start_server(folder / "config.yaml", folder / "server.log", env=env)
@@ -331,8 +333,9 @@ def test_an_upstream_refusal_reaches_the_client_in_googles_shape(
     assert error["code"] == 429 and error["status"] == "RESOURCE_EXHAUSTED"
     assert "You exceeded your current quota." in error["message"]
     assert limited.headers["retry-after"] == "37"
+    quota = {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []}
     retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}
-    assert error["details"] == [retry]  # what Google's clients read to wait
+    assert error["details"] == [quota, retry]  # what Google's clients read to wait
     # a context refusal teaches the gateway the deployment's limit: one deployment each
     long = post(server, "long-sse" if streamed else "long", action, BODY, **params)
     assert long.status_code == 400, long.text
@@ -348,6 +351,17 @@ def test_a_key_google_refuses_is_the_operators_business(server: Server) -> None:
     error = refused.json()["error"]
     assert error["status"] == "UNAVAILABLE" and "API key" in error["message"]
     assert "API key not valid" not in error["message"] and KEY not in refused.text
+    assert "details" not in error  # Google's ErrorInfo on the key stays in the log
+
+
+def test_a_field_google_refuses_is_named_as_google_named_it(server: Server) -> None:
+    refused = post(server, "unknown", "generateContent", BODY)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and "Unknown name" in error["message"]
+    (detail,) = error["details"]
+    assert detail["@type"] == "type.googleapis.com/google.rpc.BadRequest"
+    assert detail["fieldViolations"][0]["field"] == "generation_config"
 
 
 def test_the_sdk_reads_an_upstream_refusal_as_its_own(server: Server) -> None:
