@@ -159,6 +159,8 @@ def test_a_whole_request_goes_up_byte_for_byte_and_comes_back_as_sent(
     assert seen.path == f"/v1beta/models/{UPSTREAM_MODEL}:generateContent"
     assert seen.headers["x-goog-api-key"] == KEY  # the deployment's key, not the client's
     assert "x-shunter-dropped" not in answer.headers
+    assert answer.headers["x-shunter-deployment"] == "gem"
+    assert answer.headers["x-shunter-upstream-model"] == UPSTREAM_MODEL
     expected = {
         "candidates": [
             {
@@ -405,6 +407,7 @@ def test_a_fallback_is_translated_and_leaves_the_signature_behind(
     }
     said = answer.json()["candidates"][0]
     assert said["content"]["parts"] == [{"text": "From the other upstream."}]
+    assert answer.headers["x-shunter-deployment"] == "chat"
     line = access_line(server, "req-native-mixed")
     assert line["deployment"] == "chat"
 
