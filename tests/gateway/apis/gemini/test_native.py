@@ -3,33 +3,37 @@ serve`` in front of a recording Gemini upstream: the body arrives byte for byte 
 model, in the URL), the answer comes back as the upstream sent it (whole, server-sent
 events, or the JSON array), usage is billed and the access line written; a function call's
 thought signature survives a round trip with the ``google-genai`` SDK and with raw HTTP;
-the upstream's refusals reach the client in Google's shape; and a model whose Gemini
-deployment fails over to an OpenAI-wire one is translated for that one instead."""
+the upstream's refusals, and a failure mid-stream, reach the client in Google's shape.
+(A model that falls back from its Gemini deployment: :mod:`.test_native_fallback`.)"""
 
 from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from google import genai
 from google.genai import errors, types
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, stop_server
 from tests.fixtures.gemini_upstream import SIGNATURE, USAGE, GeminiUpstream
 from tests.fixtures.scripted_upstream import ScriptedUpstream, Turn
+from tests.gateway.apis.gemini.native_gateway import (
+    ASK,
+    KEY,
+    MASTER,
+    TOOLS,
+    UPSTREAM_MODEL,
+    WEATHER,
+    access_line,
+    events,
+    metric,
+    post,
+    serve,
+)
 from tests.waiting import eventually
-
-AGENTS = Path(__file__).resolve().parents[3] / "fixtures" / "agents"
-MASTER = "sk-master-gemini-native"
-KEY = "AIzaSyNativeKey000000000000000000000000"
-UPSTREAM_MODEL = "gemini-3-pro-preview"
-PRICE = "price: {input_per_1m: 2, output_per_1m: 12}"
 
 # what only Google's API reads, written as no serializer would: the bytes must survive
 BODY = (
@@ -40,17 +44,6 @@ BODY = (
     b' "mediaResolution": "MEDIA_RESOLUTION_LOW"},'
     b' "labels": {"team": "caf\xc3\xa9"}}'
 )
-WEATHER: Any = {
-    "name": "get_weather",
-    "description": "The weather in a city",
-    "parameters": {
-        "type": "OBJECT",
-        "properties": {"city": {"type": "STRING"}},
-        "required": ["city"],
-    },
-}
-TOOLS = [{"functionDeclarations": [WEATHER]}]
-ASK = {"role": "user", "parts": [{"text": "Weather in Paris?"}]}
 
 
 @pytest.fixture(scope="module")
@@ -69,55 +62,9 @@ def chat_up() -> Iterator[ScriptedUpstream]:
 def server(
     gemini_up: GeminiUpstream, chat_up: ScriptedUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("gemini-native")
-    wire = f"backend: gemini, base_url: '{gemini_up.url}', api_key_env: GEM_KEY"
-    (folder / "config.yaml").write_text(
-        # no breaker opens: each fallback below tries the gemini deployment first
-        "reliability: {retries: 0, failure_threshold: 1000}\n"
-        "deployments:\n"
-        f"  - {{name: gem, {wire}, model: {UPSTREAM_MODEL}, {PRICE}}}\n"
-        f"  - {{name: limited, {wire}, model: rate-limited}}\n"
-        f"  - {{name: long, {wire}, model: too-long}}\n"
-        f"  - {{name: long-sse, {wire}, model: too-long}}\n"
-        f"  - {{name: cut, {wire}, model: midstream-error}}\n"
-        f"  - {{name: down, {wire}, model: unavailable}}\n"
-        f"  - {{name: refused, {wire}, model: bad-key}}\n"
-        f"  - {{name: unknown, {wire}, model: bad-field}}\n"
-        f"  - {{name: chat, backend: openai, base_url: '{chat_up.url}', model: scripted}}\n"
-        "models:\n"
-        "  gem: {candidates: [gem]}\n"
-        "  limited: {candidates: [limited], fallback: false}\n"
-        "  long: {candidates: [long], fallback: false}\n"
-        "  long-sse: {candidates: [long-sse], fallback: false}\n"
-        "  cut: {candidates: [cut], fallback: false}\n"
-        "  mixed: {candidates: [down, chat], policy: [first]}\n"
-        "  refused: {candidates: [refused], fallback: false}\n"
-        "  unknown: {candidates: [unknown], fallback: false}\n"
-    )
-    env = {"SHUNTER_MASTER_KEY": MASTER, "GEM_KEY": KEY}
-    started = start_server(folder / "config.yaml", folder / "server.log", env=env)
+    started = serve(gemini_up, chat_up, tmp_path_factory.mktemp("gemini-native"))
     yield started
     stop_server(started)
-
-
-def post(
-    server: Server, model: str, action: str, body: bytes, request_id: str = "", **params: str
-) -> httpx.Response:
-    headers = {"x-goog-api-key": MASTER, "content-type": "application/json"}
-    if request_id:
-        headers["x-request-id"] = request_id
-    url = f"{server.base_url}/v1beta/models/{model}:{action}"
-    return httpx.post(url, content=body, headers=headers, params=params, timeout=60)
-
-
-def metric(server: Server, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples whose labels include ``labels``."""
-    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
-    total = 0.0
-    for found in re.finditer(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.MULTILINE):
-        if all(f'{k}="{v}"' in found.group(1) for k, v in labels.items()):
-            total += float(found.group(2))
-    return total
 
 
 def spent(server: Server, deployment: str) -> float:
@@ -126,25 +73,6 @@ def spent(server: Server, deployment: str) -> float:
 
 def tokens(server: Server, kind: str) -> float:
     return metric(server, "gen_ai_client_token_usage_sum", deployment="gem", gen_ai_token_type=kind)
-
-
-def access_line(server: Server, request_id: str) -> dict[str, Any]:
-    def lines() -> list[dict[str, Any]]:
-        return [
-            json.loads(line)
-            for line in server.log().splitlines()
-            if line.startswith("{") and request_id in line and '"event": "request"' in line
-        ]
-
-    assert eventually(lambda: bool(lines())), f"no access line for {request_id}"
-    return lines()[-1]
-
-
-def events(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
-
-
-# --- 1. the request and its answer, as they are -------------------------------------------
 
 
 def test_a_whole_request_goes_up_byte_for_byte_and_comes_back_as_sent(
@@ -240,9 +168,6 @@ def test_count_tokens_goes_up_as_sent(server: Server, gemini_up: GeminiUpstream)
     assert inner["model"] == f"models/{UPSTREAM_MODEL}"
 
 
-# --- 2. thought signatures ----------------------------------------------------------------
-
-
 def test_a_thought_signature_survives_a_raw_round_trip(
     server: Server, gemini_up: GeminiUpstream
 ) -> None:
@@ -320,9 +245,6 @@ def test_a_thought_signature_survives_the_google_genai_sdk(
     assert gemini_up.last("streamGenerateContent").raw == sdk_sent[-1]
 
 
-# --- 3. the upstream's refusals -----------------------------------------------------------
-
-
 @pytest.mark.parametrize("streamed", [False, True])
 def test_an_upstream_refusal_reaches_the_client_in_googles_shape(
     server: Server, streamed: bool
@@ -374,44 +296,6 @@ def test_the_sdk_reads_an_upstream_refusal_as_its_own(server: Server) -> None:
     assert caught.value.code == 400 and caught.value.status == "INVALID_ARGUMENT"
 
 
-# --- 4. a Gemini deployment that fails over to an OpenAI-wire one -------------------------
-
-
-def test_a_fallback_is_translated_and_leaves_the_signature_behind(
-    server: Server, gemini_up: GeminiUpstream, chat_up: ScriptedUpstream
-) -> None:
-    call = {
-        "functionCall": {"id": "fc_1", "name": "get_weather", "args": {"city": "Paris"}},
-        "thoughtSignature": SIGNATURE,
-    }
-    answered = {
-        "functionResponse": {"id": "fc_1", "name": "get_weather", "response": {"temp_c": 21}}
-    }
-    thought = {"text": "Paris, then.", "thought": True}
-    model = {"role": "model", "parts": [thought, call]}
-    turns = [ASK, model, {"role": "user", "parts": [answered]}]
-    body = json.dumps({"contents": turns, "tools": TOOLS}).encode()
-    chat_up.bodies.clear()
-    answer = post(server, "mixed", "generateContent", body, "req-native-mixed")
-    assert answer.status_code == 200, answer.text
-    tried = gemini_up.last()
-    assert tried.path == "/v1beta/models/unavailable:generateContent" and tried.raw == body
-    sent = chat_up.bodies[-1]
-    assert SIGNATURE not in json.dumps(sent) and "thoughtSignature" not in json.dumps(sent)
-    assert "Paris, then." not in json.dumps(sent)  # a thought is Gemini's own
-    assert sent["messages"][1]["tool_calls"][0]["id"] == "fc_1"
-    assert sent["messages"][2] == {
-        "role": "tool",
-        "tool_call_id": "fc_1",
-        "content": '{"temp_c": 21}',
-    }
-    said = answer.json()["candidates"][0]
-    assert said["content"]["parts"] == [{"text": "From the other upstream."}]
-    assert answer.headers["x-shunter-deployment"] == "chat"
-    line = access_line(server, "req-native-mixed")
-    assert line["deployment"] == "chat"
-
-
 @pytest.mark.parametrize("sse", [True, False])
 def test_a_failure_mid_stream_ends_the_stream_in_its_own_framing(server: Server, sse: bool) -> None:
     params = {"alt": "sse"} if sse else {}
@@ -420,84 +304,3 @@ def test_a_failure_mid_stream_ends_the_stream_in_its_own_framing(server: Server,
     said = events(answer.text) if sse else answer.json()
     assert said[0]["candidates"][0]["content"]["parts"] == [{"text": "Hello "}]
     assert said[-1]["error"]["code"] == 502 and said[-1]["error"]["status"] == "UNAVAILABLE"
-
-
-def test_a_streamed_fallback_is_translated_and_says_what_it_dropped(
-    server: Server, gemini_up: GeminiUpstream, chat_up: ScriptedUpstream
-) -> None:
-    body = {
-        "contents": [ASK],
-        "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
-    }
-    raw = json.dumps(body).encode()
-    chat_up.script[:] = [Turn(text="From the other upstream.")]
-    chat_up.bodies.clear()
-    answer = post(server, "mixed", "streamGenerateContent", raw, alt="sse")
-    assert answer.status_code == 200, answer.text
-    assert gemini_up.last("streamGenerateContent").raw == raw  # tried natively first
-    assert answer.headers["x-shunter-dropped"] == "safetySettings"
-    said = events(answer.text)
-    text = "".join(p.get("text", "") for e in said for p in e["candidates"][0]["content"]["parts"])
-    assert text == "From the other upstream."
-    assert said[-1]["candidates"][0]["finishReason"] == "STOP"
-    assert chat_up.bodies[-1]["stream"] is True and "safetySettings" not in chat_up.bodies[-1]
-
-
-def test_a_call_made_elsewhere_goes_back_to_gemini_as_gemini_3_takes_it(
-    server: Server, gemini_up: GeminiUpstream, chat_up: ScriptedUpstream
-) -> None:
-    chat_up.script[:] = [Turn(calls=(("get_weather", '{"city": "Paris"}'),))]
-    first = post(
-        server, "mixed", "generateContent", json.dumps({"contents": [ASK], "tools": TOOLS}).encode()
-    )
-    assert first.status_code == 200, first.text
-    made = first.json()["candidates"][0]["content"]
-    assert [p["functionCall"]["name"] for p in made["parts"]] == ["get_weather"]
-    assert "thoughtSignature" not in made["parts"][0]  # the other upstream signs nothing
-    answered = {
-        "functionResponse": {
-            "id": made["parts"][0]["functionCall"]["id"],
-            "name": "get_weather",
-            "response": {"temp_c": 21},
-        }
-    }
-    turns = [ASK, made, {"role": "user", "parts": [answered]}]
-    second = post(
-        server, "gem", "generateContent", json.dumps({"contents": turns, "tools": TOOLS}).encode()
-    )
-    assert second.status_code == 200, second.text
-    sent = gemini_up.last().body["contents"][1]["parts"][0]
-    assert sent["thoughtSignature"] == "skip_thought_signature_validator"
-
-
-@pytest.mark.parametrize("turn", [1, 2])
-def test_what_gemini_cli_sends_goes_up_as_sent(
-    server: Server, gemini_up: GeminiUpstream, turn: int
-) -> None:
-    captured = json.loads((AGENTS / f"gemini-cli-generate-turn{turn}.json").read_text())
-    raw = json.dumps(captured["body"], indent=1).encode()
-    answer = post(server, "gem", "streamGenerateContent", raw, alt="sse")
-    assert answer.status_code == 200, answer.text
-    seen = gemini_up.last("streamGenerateContent")
-    if turn == 1:
-        assert seen.raw == raw
-        return
-    # its first turn was answered by a chat upstream: the call it made is unsigned, and
-    # Gemini 3 takes it only with the marker, the one change made to what it sent
-    expected = json.loads(raw)
-    expected["contents"][1]["parts"][0]["thoughtSignature"] = "skip_thought_signature_validator"
-    assert seen.body == expected
-    tail = raw[raw.index(b'"systemInstruction"') :]
-    assert seen.raw.endswith(tail)  # the rest byte for byte
-
-
-def test_what_only_google_takes_is_refused_by_name_on_a_fallback(
-    server: Server, gemini_up: GeminiUpstream
-) -> None:
-    body = json.dumps({"contents": [ASK], "cachedContent": "cachedContents/abc123"}).encode()
-    answer = post(server, "mixed", "generateContent", body)
-    assert gemini_up.last().raw == body  # the gemini deployment was offered it as sent
-    assert answer.status_code == 400, answer.text
-    error = answer.json()["error"]
-    assert error["status"] == "INVALID_ARGUMENT" and error["message"].startswith("cachedContent")
-    assert error["details"][0]["fieldViolations"][0]["field"] == "cachedContent"
