@@ -294,6 +294,11 @@ def test_the_sdk_reads_an_upstream_refusal_as_its_own(server: Server) -> None:
     with pytest.raises(errors.ClientError) as caught:
         client.models.generate_content(model="long", contents="hi")
     assert caught.value.code == 400 and caught.value.status == "INVALID_ARGUMENT"
+    assert "exceeds the maximum number of tokens" in (caught.value.message or "")
+    with pytest.raises(errors.ClientError) as limited:
+        list(client.models.generate_content_stream(model="limited", contents="hi"))
+    assert limited.value.code == 429 and limited.value.status == "RESOURCE_EXHAUSTED"
+    assert limited.value.details["error"]["details"][-1]["retryDelay"] == "37s"
 
 
 @pytest.mark.parametrize("sse", [True, False])
