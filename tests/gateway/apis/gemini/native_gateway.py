@@ -45,7 +45,8 @@ FAILING = {
 
 def serve(gemini_up: GeminiUpstream, chat_up: ScriptedUpstream, folder: Path) -> Server:
     """The gateway: ``gem`` (``UPSTREAM_MODEL``, priced), each of :data:`FAILING`, and
-    ``mixed``, whose ``down`` Gemini deployment falls back to the ``chat`` one."""
+    ``mixed`` and ``cut-mixed``, whose ``down`` or ``cut`` Gemini deployment falls back to
+    the ``chat`` one."""
     wire = f"backend: gemini, base_url: '{gemini_up.url}', api_key_env: GEM_KEY"
     price = "price: {input_per_1m: 2, output_per_1m: 12}"
     lines = [
@@ -58,6 +59,7 @@ def serve(gemini_up: GeminiUpstream, chat_up: ScriptedUpstream, folder: Path) ->
         "models:",
         "  gem: {candidates: [gem]}",
         "  mixed: {candidates: [down, chat], policy: [first]}",
+        "  cut-mixed: {candidates: [cut, chat], policy: [first]}",
         *(f"  {name}: {{candidates: [{name}], fallback: false}}" for name in FAILING),
     ]
     (folder / "config.yaml").write_text("\n".join(lines) + "\n")

@@ -1,7 +1,8 @@
 """A Gemini client on a model whose ``gemini`` deployment falls back to an OpenAI-wire one,
 against a real ``shunter serve``: each deployment gets its own plan (the client's bytes
 first, then the translation, which leaves thoughts and thought signatures behind and says
-what it dropped), and a function call the other deployment made goes back to Gemini 3 with
+what it dropped; a native stream that fails mid-way is not continued elsewhere), and a
+function call the other deployment made goes back to Gemini 3 with
 the marker it needs, as in Gemini CLI's own recorded turns."""
 
 from __future__ import annotations
@@ -102,6 +103,24 @@ def test_a_streamed_fallback_is_translated_and_says_what_it_dropped(
     assert text == "From the other upstream."
     assert said[-1]["candidates"][0]["finishReason"] == "STOP"
     assert chat_up.bodies[-1]["stream"] is True and "safetySettings" not in chat_up.bodies[-1]
+
+
+def test_a_native_stream_that_fails_mid_way_is_not_continued_elsewhere(
+    server: Server, chat_up: ScriptedUpstream
+) -> None:
+    chat_up.bodies.clear()
+    answer = post(
+        server,
+        "cut-mixed",
+        "streamGenerateContent",
+        b'{"contents": [{"parts": [{"text": "hi"}]}]}',
+        alt="sse",
+    )
+    assert answer.status_code == 200
+    said = events(answer.text)
+    assert said[0]["candidates"][0]["content"]["parts"] == [{"text": "Hello "}]
+    assert said[-1]["error"]["status"] == "UNAVAILABLE"
+    assert chat_up.bodies == []  # Gemini's own events have no chat turn to resume from
 
 
 def test_a_call_made_elsewhere_goes_back_to_gemini_as_gemini_3_takes_it(
