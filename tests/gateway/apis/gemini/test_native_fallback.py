@@ -2,8 +2,8 @@
 against a real ``shunter serve``: each deployment gets its own plan (the client's bytes
 first, then the translation, which leaves thoughts and thought signatures behind and says
 what it dropped; a native stream that fails mid-way is not continued elsewhere), and a
-function call the other deployment made goes back to Gemini 3 with
-the marker it needs, as in Gemini CLI's own recorded turns."""
+function call the other deployment made goes back to Gemini 3 with the marker it needs, as
+in Gemini CLI's own recorded turns."""
 
 from __future__ import annotations
 
