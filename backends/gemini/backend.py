@@ -132,7 +132,7 @@ class GeminiBackend(HTTPBackend[GeminiSettings]):
         """The upstream's ``GenerateContentResponse`` for ``body`` (the client's bytes),
         as it sent it, and its usage."""
         self._speaks(api)
-        sent = as_sent(body, self._upstream_model())
+        sent = as_sent(body, self._upstream_model(), self._settings.missing_signature)
         content = await self._post(self._method("generateContent"), sent, headers)
         return content, answer_usage(content, self.name)
 
@@ -142,7 +142,7 @@ class GeminiBackend(HTTPBackend[GeminiSettings]):
         """The upstream's events for ``body`` (as :meth:`native` sends it) from
         ``streamGenerateContent?alt=sse``, as it sent them."""
         self._speaks(api)
-        sent = as_sent(body, self._upstream_model())
+        sent = as_sent(body, self._upstream_model(), self._settings.missing_signature)
         opened = self.post_stream(self._method("streamGenerateContent?alt=sse"), sent, headers)
         return PassThrough(opened, self.name, self._event_error)
 

@@ -2,10 +2,13 @@
 
 The request goes up as the client wrote it (a ``model`` member, which the URL makes
 redundant, set to the deployment's), and the answer or the stream's events come back byte
-for byte. Only what the gateway itself needs is read on the way: the usage (the last
-``usageMetadata``), errors sent as events (mapped as the chat path maps them) and the end
-(an event with a ``finishReason``; Gemini's stream has no end marker, so a body that ends
-before one is cut).
+for byte. One change is made where Gemini 3 would otherwise refuse the request: a function
+call of the current turn that another model made (a fallback answered that turn) carries
+no thought signature, so the deployment's ``missing_signature`` is set on it, as the chat
+path sets it (:func:`signed`). Only what the gateway itself needs is read on the way: the
+usage (the last ``usageMetadata``), errors sent as events (mapped as the chat path maps
+them) and the end (an event with a ``finishReason``; Gemini's stream has no end marker,
+so a body that ends before one is cut).
 """
 
 from __future__ import annotations
@@ -22,18 +25,71 @@ from gateway.errors import GatewayError
 from gateway.protocol import Usage
 from gateway.protocol.rawbody import RawBody
 
+_CALL = ("functionCall", "function_call")
+_RESPONSE = ("functionResponse", "function_response")
+_SIGNATURE = ("thoughtSignature", "thought_signature")
 GENERATE_FIELDS = frozenset({"contents", "model"})
 """The members a ``countTokens`` body shares with a ``generateContent`` one; any other
 (``systemInstruction``, ``tools``...) makes a body a ``generateContent`` request."""
 
 
-def as_sent(body: bytes, model: str) -> bytes:
-    """``body`` byte for byte, but for a ``model`` member, set to ``models/<model>``."""
+def as_sent(body: bytes, model: str, missing: str | None = None) -> bytes:
+    """``body`` byte for byte, but for a ``model`` member, set to ``models/<model>``, and
+    the current turn's ``contents`` when a call there needs the signature ``missing``."""
     raw = RawBody.read(body)
+    changes: dict[str, Any] = {}
     name = f"models/{model}"
-    if "model" not in raw.data or raw.data["model"] == name:
-        return body
-    return raw.spliced({"model": name})
+    if "model" in raw.data and raw.data["model"] != name:
+        changes["model"] = name
+    contents = signed(raw.data.get("contents"), missing) if missing is not None else None
+    if contents is not None:
+        changes["contents"] = contents
+    return raw.spliced(changes) if changes else body
+
+
+def signed(contents: Any, missing: str) -> list[Any] | None:
+    """``contents`` with ``missing`` as the ``thoughtSignature`` of each model turn's
+    first ``functionCall`` part that has none, in the current turn (after the last user
+    turn that is more than function responses: what Gemini 3 checks); ``None`` when
+    nothing lacks one."""
+    if not isinstance(contents, list):
+        return None
+    out, changed = list(contents), False
+    for i in range(_current_turn(contents), len(contents)):
+        content = contents[i]
+        if not isinstance(content, dict) or content.get("role") != "model":
+            continue
+        parts = _listed(content.get("parts"))
+        calls = [j for j, p in enumerate(parts) if _has(p, _CALL)]
+        if not calls or _has(parts[calls[0]], _SIGNATURE):
+            continue
+        j = calls[0]
+        first = {**parts[j], "thoughtSignature": missing}
+        out[i] = {**content, "parts": [*parts[:j], first, *parts[j + 1 :]]}
+        changed = True
+    return out if changed else None
+
+
+def _current_turn(contents: list[Any]) -> int:
+    """Where the current turn starts: after the last user turn with a part that is not a
+    ``functionResponse``."""
+    start = 0
+    for i, content in enumerate(contents):
+        if not isinstance(content, dict) or content.get("role", "user") != "user":
+            continue
+        parts = content.get("parts")
+        if any(not _has(p, _RESPONSE) for p in _listed(parts)):
+            start = i + 1
+    return start
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _has(part: Any, names: tuple[str, str]) -> bool:
+    """Whether ``part`` has a member by one of its ``names`` (camelCase, snake_case)."""
+    return isinstance(part, dict) and any(name in part for name in names)
 
 
 def count_body(body: bytes, model: str) -> bytes:

@@ -4,7 +4,8 @@ gateway.
 Each CLI runs with its defaults (its own default model, no ``--model``): only the base URL,
 a key and leave to run its shell tool. Behind the gateway, that model is served by a
 scripted upstream on loopback (:mod:`tests.fixtures.agent_upstream`) behind an ``openai``
-deployment (chat completions) or an ``anthropic`` one (Messages): it asks to run a command
+deployment (chat completions) or an ``anthropic`` one (Messages), and for Gemini CLI a
+``gemini`` one too (Google's API, passed through): it asks to run a command
 whose output differs from its text, then answers quoting the tool's output, so the answer
 holds the marker only if the CLI ran the command and the gateway carried both turns.
 
@@ -30,6 +31,7 @@ from tests.agents.clis import Run, agents_bin, run_claude, run_codex, run_gemini
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.agent_turns import Script
 from tests.fixtures.agent_upstream import AgentUpstream
+from tests.fixtures.agent_wire import CALL_ID, SIGNATURE
 
 pytestmark = [
     pytest.mark.agents,
@@ -95,6 +97,8 @@ def test_codex_runs_its_tool_against_the_scripted_upstream(codex_direct: Direct)
 def _deployment(kind: str, upstream_url: str) -> str:
     if kind == "openai":
         where = f"backend: openai, base_url: '{upstream_url}/v1'"
+    elif kind == "gemini":
+        where = f"backend: gemini, base_url: '{upstream_url}'"
     else:
         where = f"backend: anthropic, base_url: '{upstream_url}'"
     return f"{{name: scripted, {where}, model: scripted-model, api_key_env: SCRIPTED_UPSTREAM_KEY}}"
@@ -108,8 +112,12 @@ class Gateway:
 
     def turns(self) -> list[Any]:
         """The bodies the gateway sent the scripted model, on its deployment's wire."""
-        wire = "/v1/chat/completions" if self.kind == "openai" else "/v1/messages"
-        return self.upstream.posted(wire)
+        wires = {
+            "openai": "/v1/chat/completions",
+            "anthropic": "/v1/messages",
+            "gemini": "/v1beta/models/scripted-model:streamGenerateContent",
+        }
+        return self.upstream.posted(wires[self.kind])
 
     def explain(self, run: Run) -> str:
         """What the CLI said, what reached the upstream and the gateway's log, for a failure."""
@@ -173,10 +181,11 @@ def test_codex_with_its_openai_provider_completes_a_tool_loop_over_websocket(
         assert posts == [], through.explain(run)
 
 
-@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_gemini_cli_completes_a_tool_loop_through_the_gateway(kind: str, tmp_path: Path) -> None:
     """Gemini CLI speaks only Google's API, so it runs through the gateway alone: its
-    ``streamGenerateContent`` calls translated for a chat or a Messages upstream. Its shell
+    ``streamGenerateContent`` calls translated for a chat or a Messages upstream, or passed
+    through to a Gemini one, whose signed function call must come back signed. Its shell
     tool refuses ``$(...)``, so the command prints a number its text holds apart."""
     if not agents_bin("gemini").exists():
         pytest.fail("Gemini CLI is not installed: run scripts/test-agents.sh")
@@ -192,3 +201,16 @@ def test_gemini_cli_completes_a_tool_loop_through_the_gateway(kind: str, tmp_pat
             if '"path": "/v1beta/models/gemini-agent:streamGenerateContent"' in line
         ]
         assert len(posts) >= 2, through.explain(run)
+        if kind == "gemini":
+            called = [
+                part
+                for body in through.turns()
+                for content in body["contents"]
+                for part in content["parts"]
+                if content.get("role") == "model" and "functionCall" in part
+            ]
+            assert called, through.explain(run)
+            assert called[0]["functionCall"]["id"] == CALL_ID
+            assert called[0]["thoughtSignature"] == SIGNATURE  # as Gemini signed it
+            keys = {r.headers.get("x-goog-api-key") for r in through.upstream.requests}
+            assert keys == {"sk-upstream"}  # the deployment's key, never the CLI's

@@ -1,8 +1,8 @@
 """The scripted upstream follows its script on what the agent CLIs really send.
 
-The bodies are the CLIs' own first and second requests, captured from Claude Code and Codex
-(``tests/fixtures/agents``); they are posted over HTTP, whole and streamed, and the chat
-wire (which no CLI speaks itself) is read back with the ``openai`` SDK.
+The bodies are the CLIs' own first and second requests, captured from Claude Code, Codex and
+Gemini CLI (``tests/fixtures/agents``); they are posted over HTTP, whole and streamed, and
+the chat wire (which no CLI speaks itself) is read back with the ``openai`` SDK.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 from tests.fixtures.agent_turns import ANSWER_PREFIX, Script
 from tests.fixtures.agent_upstream import AgentUpstream
+from tests.fixtures.agent_wire import SIGNATURE
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "agents"
 COMMAND = "echo shunter-$((41+1))-marker"  # what the captures' second turns ran
@@ -73,6 +74,24 @@ def test_codex_is_asked_to_run_its_code_tool_then_answered_with_its_output(
     answer = httpx.post(f"{upstream.url}/v1/responses", json={**second, "stream": False}).json()
     text = answer["output"][0]["content"][0]["text"]
     assert text.startswith(ANSWER_PREFIX) and text.endswith("shunter-42-marker")
+
+
+def test_gemini_cli_is_asked_to_run_its_shell_tool_with_a_signed_call(
+    upstream: AgentUpstream,
+) -> None:
+    url = f"{upstream.url}/v1beta/models/m:streamGenerateContent?alt=sse"
+    events = _events(httpx.post(url, json=captured("gemini-cli-generate-turn1.json")))
+    (part,) = events[-1]["candidates"][0]["content"]["parts"]
+    assert part["functionCall"]["name"] == "run_shell_command"
+    assert part["functionCall"]["args"] == {"command": COMMAND}
+    assert part["thoughtSignature"] == SIGNATURE
+    assert events[-1]["candidates"][0]["finishReason"] == "STOP"
+
+    second = captured("gemini-cli-generate-turn2.json")
+    url = f"{upstream.url}/v1beta/models/m:generateContent"
+    answer = httpx.post(url, json=second).json()
+    text = answer["candidates"][0]["content"]["parts"][0]["text"]
+    assert text.startswith(ANSWER_PREFIX) and "shunter-4242-marker" in text
 
 
 def test_a_chat_client_streams_the_shell_call_then_the_answer(upstream: AgentUpstream) -> None:

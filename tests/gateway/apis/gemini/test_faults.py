@@ -58,6 +58,10 @@ def test_an_upstream_refusal_in_googles_shape(
     assert error["code"] == status and error["status"] == name and error["message"]
     if status == 429:
         assert answer.headers["retry-after"] == "2"
+        retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2s"}
+        assert error["details"] == [retry]
+    else:
+        assert "details" not in error
 
 
 def test_a_failure_after_the_first_byte_is_an_error_in_the_streams_framing(
