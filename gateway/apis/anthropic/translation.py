@@ -42,6 +42,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gateway.apis.anthropic.fields import messages_fields
 from gateway.apis.anthropic.names import (
     PART,
     TOOL_RESULT,
@@ -60,6 +61,7 @@ from gateway.hosted.run import HostedRun
 from gateway.protocol import ChatCompletionRequest, ChatMessage, Usage
 from gateway.protocol.chat import ContentPart, FunctionCall, ToolCall
 from gateway.protocol.fieldnames import FieldNames, Origin, Site
+from gateway.protocol.fieldrules import Place
 from gateway.protocol.messages import Block, MessageParam, MessagesRequest
 from gateway.protocol.messages_codec import (
     chat_tool,
@@ -162,8 +164,14 @@ class MessagesCall:
     def translated(self, drops: frozenset[str], *, files: bool = False) -> Translated:
         """The chat request for a deployment that drops ``drops`` (and reads ``file``
         parts, when ``files``), what it dropped and its field names (a 400 naming the
-        field it can neither map nor drop)."""
-        return translate(self.body, drops=drops, files=files, sent=self.sent)
+        field it can neither map nor drop; the client's beta flags, which only
+        Anthropic's API reads, among what it dropped)."""
+        done = translate(self.body, drops=drops, files=files, sent=self.sent)
+        rules = messages_fields()
+        betas = [name for name in self.headers if rules.dropped("header", name)]
+        if not betas:
+            return done
+        return Translated(done.chat, sorted({*done.dropped, *betas}), done.names)
 
     def native(self, *, count: bool = False) -> bytes:
         """The body a Messages upstream gets: as sent, ``model`` set by the backend (a
@@ -223,6 +231,7 @@ class _Translation:
         self.sent = sent
         self.tool_sites: list[Site] = []
         self.names = message_names(sent, [], [])
+        self.rules = messages_fields()
 
     def drop(self, name: str, param: str, why: str) -> None:
         """Drop ``name`` where the rules allow it, else refuse it (a 400 naming ``param``)."""
@@ -268,10 +277,20 @@ class _Translation:
         return ChatCompletionRequest(**fields)
 
     def _extra(self, name: str) -> None:
+        self._classified("request", name, name)
+
+    def _classified(self, place: Place, name: str, param: str) -> None:
+        """A field chat has no place for, as the Messages table classifies it: a cache
+        hint becomes the cache key, delivery is dropped and reported, the rest is refused
+        unless the deployment drops it."""
         if name == "cache_control":
             self.cached = True
-        else:
-            self.drop(name, name, "this field has no chat equivalent")
+            return
+        fate = self.rules.fate(place, name)
+        if fate == "dropped":
+            self.dropped.add(name)
+        elif fate != "unused":
+            self.drop(name, param, "this field has no chat equivalent")
 
     def _system(self) -> list[Said]:
         system = self.body.system
@@ -281,14 +300,16 @@ class _Translation:
         text = self.body.system_text()
         return [(ChatMessage(role="system", content=text), system_origin())] if text else []
 
-    def _block_extras(self, extra: dict[str, Any] | None, param: str) -> None:
+    def _block_extras(
+        self, extra: dict[str, Any] | None, param: str, place: Place = "block"
+    ) -> None:
         for name, value in (extra or {}).items():
-            if value is None or _says_nothing(name, value):
+            if value is None:
                 continue
-            if name == "cache_control":
-                self.cached = True
-            else:
+            if name == "caller" and not _direct(value):  # a program's call: it means more
                 self.drop(name, f"{param}.{name}", "this field has no chat equivalent")
+            else:
+                self._classified(place, name, f"{param}.{name}")
 
     # --- turns ---------------------------------------------------------------------------
 
@@ -399,7 +420,7 @@ class _Translation:
                 why = f"'{tool.type}' is a server tool, which only Anthropic's own API runs"
                 self.drop("server_tools", f"tools[{k}].type", why)
                 continue
-            self._block_extras(tool.model_extra, f"tools[{k}]")
+            self._block_extras(tool.model_extra, f"tools[{k}]", "tool")
             tools.append(chat_tool(tool.name, tool.description, tool.input_schema))
             self.tool_sites.append(sites.site(tool))
         if tools:
@@ -444,12 +465,10 @@ def _bare(body: MessagesRequest) -> ChatCompletionRequest:
     return ChatCompletionRequest(model=body.model, messages=[message], max_tokens=body.max_tokens)
 
 
-def _says_nothing(name: str, value: Any) -> bool:
-    """Block fields that tell a chat upstream nothing: citations asked of a text block,
-    a thinking block's signature, a tool call made by the model itself."""
-    if name == "caller":
-        return isinstance(value, dict) and value.get("type") == "direct"
-    return name in ("citations", "signature")
+def _direct(caller: Any) -> bool:
+    """A ``caller`` that says the model made the call itself (nothing for chat to know);
+    any other caller (a tool's program) changes what the call means."""
+    return isinstance(caller, dict) and caller.get("type") == "direct"
 
 
 def _message(role: str, parts: list[ContentPart]) -> ChatMessage:

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.apis.responses.fields import responses_fields
 from gateway.errors import InvalidRequestError
 from gateway.protocol.responses import FunctionTool, InputItem
 
@@ -48,7 +49,8 @@ class ToolName:
 @dataclass
 class ToolMap:
     """The request's tools for the upstream (``chat``) and what each flat name means;
-    ``dropped``: the hosted tools left out, as ``tools[i]=type``."""
+    ``dropped``: the hosted tools left out, as ``tools[i]=type``, and the delivery fields
+    of the others (``defer_loading``)."""
 
     chat: list[dict[str, Any]] = field(default_factory=list)
     names: dict[str, ToolName] = field(default_factory=dict)
@@ -112,6 +114,9 @@ def _add(
         for j, inner in enumerate(tool.tools or ()):
             _add(mapped, inner, f"{where}.tools[{j}]", hosted, tool.name)
         return
+    for name in tool.model_extra or ():
+        if responses_fields().dropped("tool", name) and name not in mapped.dropped:
+            mapped.dropped.append(name)  # delivery only: left out, said in the header
     flat = mapped.flat(tool.name, namespace)
     custom = tool.type == "custom"
     mapped.names[flat] = ToolName(tool.name, namespace, custom, where)

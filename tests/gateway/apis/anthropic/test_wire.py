@@ -1,0 +1,118 @@
+"""The wire of ``/v1/messages`` translated for an OpenAI-wire upstream, against a real
+`shunter serve`: delivery fields dropped and reported, meaning mapped or refused by name
+(the table of :mod:`gateway.apis.anthropic.fields`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Server, start_server, stop_server
+from tests.fixtures.anthropic_upstream import AnthropicUpstream
+from tests.fixtures.fault_upstream import FaultUpstream
+
+MASTER = "sk-master-messages-wire"
+TOOL = {"name": "Bash", "description": "Run", "input_schema": {"type": "object"}}
+
+
+@pytest.fixture(scope="module")
+def anthropic_up() -> Iterator[AnthropicUpstream]:
+    with AnthropicUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def openai_up() -> Iterator[FaultUpstream]:
+    with FaultUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(
+    anthropic_up: AnthropicUpstream,
+    openai_up: FaultUpstream,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Server]:
+    folder = tmp_path_factory.mktemp("messages-wire")
+    oai = f"backend: openai, base_url: '{openai_up.url}'"
+    (folder / "config.yaml").write_text(
+        "reliability: {retries: 0}\n"
+        "deployments:\n"
+        f"  - {{name: claude, backend: anthropic, base_url: '{anthropic_up.url}',"
+        " api_key_env: UP_KEY, model: claude-up}\n"
+        f"  - {{name: oai, {oai}, model: fake}}\n"
+        f"  - {{name: reason, {oai}, model: 'fault:reason:2'}}\n"
+        "models:\n"
+        "  sonnet: {candidates: [claude]}\n"
+        "  demo: {candidates: [oai]}\n"
+        "  reason: {candidates: [reason]}\n"
+    )
+    env = {"SHUNTER_MASTER_KEY": MASTER, "UP_KEY": "sk-upstream"}
+    started = start_server(folder / "config.yaml", folder / "server.log", env=env)
+    yield started
+    stop_server(started)
+
+
+@pytest.fixture(scope="module")
+def http(server: Server) -> Iterator[httpx.Client]:
+    headers = {"x-api-key": MASTER, "anthropic-version": "2023-06-01"}
+    with httpx.Client(base_url=server.base_url, headers=headers, timeout=60) as client:
+        yield client
+
+
+def post(
+    http: httpx.Client, body: dict[str, Any], path: str = "/v1/messages", **headers: str
+) -> httpx.Response:
+    sent = {"content-type": "application/json", **headers}
+    return http.post(path, content=json.dumps(body), headers=sent)
+
+
+def ask(**fields: Any) -> dict[str, Any]:
+    return {
+        "model": "demo",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "hi"}],
+        **fields,
+    }
+
+
+def test_delivery_fields_are_dropped_and_reported(
+    http: httpx.Client, openai_up: FaultUpstream
+) -> None:
+    tools = [
+        {**TOOL, "eager_input_streaming": True},
+        {**TOOL, "name": "Read", "defer_loading": True, "cache_control": {"type": "ephemeral"}},
+    ]
+    answer = post(
+        http,
+        ask(tools=tools, service_tier="auto"),
+        **{"anthropic-beta": "fine-grained-tool-streaming-2025-05-14"},
+    )
+    assert answer.status_code == 200, answer.text
+    dropped = answer.headers["x-shunter-dropped"].split(",")
+    assert dropped == ["anthropic-beta", "defer_loading", "eager_input_streaming", "service_tier"]
+    sent = openai_up.last().body
+    assert [t["function"]["name"] for t in sent["tools"]] == ["Bash", "Read"]
+    assert "eager_input_streaming" not in json.dumps(sent)
+    assert "service_tier" not in sent
+    assert sent["prompt_cache_key"].startswith("shunter-")  # the cache hint maps
+
+
+def test_fields_that_change_meaning_are_still_refused_by_name(http: httpx.Client) -> None:
+    refused = post(http, ask(container="container_1"))
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"].startswith("container:")
+    program = {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}
+    use = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}, "caller": program}
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+    ]
+    refused = post(http, ask(messages=turns, tools=[TOOL]))
+    assert refused.status_code == 400
+    assert "messages[1].content[0].caller" in refused.json()["error"]["message"]
