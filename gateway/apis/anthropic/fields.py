@@ -23,6 +23,16 @@ def messages_fields() -> FieldRules:
             FieldRule("request", "cache_control", "mapped", "`prompt_cache_key`"),
             FieldRule("tool", "cache_control", "mapped", "`prompt_cache_key`"),
             FieldRule("block", "cache_control", "mapped", "`prompt_cache_key`"),
+            *(
+                FieldRule(
+                    "block",
+                    name,
+                    "dropped",
+                    "an earlier turn's reasoning: chat takes none back (OpenAI's chat API "
+                    "refuses it in a message, chat templates leave it out)",
+                )
+                for name in ("thinking", "redacted_thinking")
+            ),
             FieldRule("block", "citations", "unused", "citations asked of or made in a block"),
             FieldRule("block", "signature", "unused", "a thinking block's signature"),
             FieldRule("block", "caller", "unused", "`direct`: a call the model made itself"),

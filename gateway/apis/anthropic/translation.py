@@ -18,7 +18,8 @@ answer says so (``x-shunter-dropped``). What maps (:func:`to_chat`):
   ``tool_result`` → ``tool`` messages (before the rest of their user turn, as Anthropic
   orders them; ``is_error`` results prefixed ``Error:``), the images and files in one → a user
   message right after the tool messages (chat's tool messages carry text only);
-  ``thinking`` / ``redacted_thinking`` → omitted (chat takes no reasoning back);
+  ``thinking`` / ``redacted_thinking`` → left out and reported (chat takes no reasoning
+  back);
 * ``tools`` (``input_schema`` → ``parameters``); server tools (a ``type`` such as
   ``web_search_20250305``) are refused by name, or dropped under ``server_tools``;
   ``tool_choice``, ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``,
@@ -35,13 +36,13 @@ are in :mod:`gateway.apis.anthropic.answer`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from gateway.apis.anthropic.cache_key import prompt_cache_key
 from gateway.apis.anthropic.fields import messages_fields
 from gateway.apis.anthropic.names import (
     PART,
@@ -54,6 +55,7 @@ from gateway.apis.anthropic.names import (
     system_origin,
     turn_origin,
 )
+from gateway.apis.anthropic.native import signed_only
 from gateway.apis.anthropic.parts import block_part, summary, unmapped_extras
 from gateway.apis.anthropic.turns import AssistantTurn, hosted_block
 from gateway.errors import InvalidRequestError
@@ -177,7 +179,10 @@ class MessagesCall:
         """The body a Messages upstream gets: as sent, ``model`` set by the backend (a
         token count goes without ``max_tokens``, which that endpoint refuses)."""
         drop = ("max_tokens", "stream") if count else ()
-        return self.raw.spliced({}, drop) if drop else self.raw.text.encode("utf-8")
+        changes = signed_only(self.raw.data.get("messages"))
+        if drop or changes:
+            return self.raw.spliced(changes, drop)
+        return self.raw.text.encode("utf-8")
 
 
 def to_chat(
@@ -326,6 +331,7 @@ class _Translation:
         for j, block in enumerate(content):
             param = f"messages[{i}].content[{j}]"
             if block.type in _SKIPPED_BLOCKS:
+                self.dropped.add(block.type)  # reasoning: chat takes none back
                 continue
             self._block_extras(unmapped_extras(block), param)
             if block.type == "tool_result" and message.role == "user":
@@ -366,6 +372,7 @@ class _Translation:
         for j, block in enumerate(content):
             param = f"messages[{i}].content[{j}]"
             if block.type in _SKIPPED_BLOCKS:
+                self.dropped.add(block.type)  # reasoning: chat takes none back
                 continue
             if block.type in ("mcp_tool_use", "mcp_tool_result"):
                 said.extend(hosted_block(block, param, turn))
@@ -446,15 +453,6 @@ class _Translation:
         for name in config.keys() - {"effort", "format"}:
             self.drop(f"output_config.{name}", f"output_config.{name}", "no chat equivalent")
         return out
-
-
-def prompt_cache_key(first: ChatMessage, tools: list[dict[str, Any]] | None) -> str:
-    """The chat ``prompt_cache_key`` for a request with cache breakpoints: a digest of
-    what such clients keep the same from turn to turn (the first message and the tools),
-    so that an upstream that routes by the key (OpenAI's) finds the cached prefix."""
-    digest = hashlib.sha256(first.model_dump_json().encode())
-    digest.update(json.dumps(tools or [], sort_keys=True).encode())
-    return f"shunter-{digest.hexdigest()[:32]}"
 
 
 def _bare(body: MessagesRequest) -> ChatCompletionRequest:

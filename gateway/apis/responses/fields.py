@@ -26,27 +26,19 @@ def responses_fields() -> FieldRules:
             FieldRule(
                 "item",
                 "reasoning",
-                "mapped",
-                "its text: the next assistant message's `reasoning_content`; one with only "
-                "`encrypted_content` (which only OpenAI reads) is dropped and reported",
+                "dropped",
+                "an earlier turn's reasoning: chat takes none back (OpenAI's chat API "
+                "refuses it in a message, chat templates leave it out)",
             ),
-            FieldRule(
-                "item",
-                "mcp_list_tools",
-                "mapped",
-                "read by the gateway's own `mcp` tool (a listing it reuses); refused without one",
-            ),
-            FieldRule(
-                "item",
-                "mcp_approval_request",
-                "mapped",
-                "read by the gateway's own `mcp` tool; refused without one",
-            ),
-            FieldRule(
-                "item",
-                "mcp_approval_response",
-                "mapped",
-                "the gateway's own `mcp` tool runs the approved call; refused without one",
+            *(
+                FieldRule(
+                    "item",
+                    name,
+                    "operator",
+                    "read by the gateway when it runs the request's `mcp` tool; else as "
+                    "hosted tools go: dropped and reported, or refused",
+                )
+                for name in ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
             ),
         ),
     )

@@ -22,7 +22,8 @@ from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
 from gateway.protocol.fieldnames import Origin
 from gateway.protocol.responses import InputItem, InputPart
 
-# items that carry nothing a chat model can use
+# items that become no chat message: their tools join the request's (additional_tools),
+# or the table of :mod:`~.fields` says what becomes of them
 _SKIPPED_ITEMS = (
     "reasoning",
     "additional_tools",
@@ -30,15 +31,20 @@ _SKIPPED_ITEMS = (
     "mcp_approval_request",
     "mcp_approval_response",
 )
+_MCP_ITEMS = ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
 
 
 def input_messages(
     given: str | list[InputItem],
     tools: ToolMap | None = None,
     origins: list[Origin] | None = None,
+    *,
+    report: bool = False,
 ) -> list[ChatMessage]:
     """The chat messages of ``input`` (``tools``: how tool names reach the upstream);
-    where each came from is added to ``origins``, when given."""
+    where each came from is added to ``origins``, when given. ``report``: items chat takes
+    no part of are named in ``tools.dropped``, or refused by name (a request's own input;
+    a stored conversation's items were read so once already)."""
     noted = origins if origins is not None else []
     if isinstance(given, str):
         noted.append(field_origin("input"))
@@ -47,6 +53,8 @@ def input_messages(
     messages: list[ChatMessage] = []
     for i, item in enumerate(given):
         before = len(messages)
+        if report and item.type in _SKIPPED_ITEMS:
+            _left_out(item, i, tools)
         if item.type == "message":
             messages.append(_message(item, i))
         elif item.type in ("function_call", "custom_tool_call"):
@@ -67,6 +75,26 @@ def input_messages(
         elif item.type in ("function_call", "custom_tool_call") and noted:
             noted[-1].calls.append(call_site(item, i))  # one more call of the message before
     return messages
+
+
+def _left_out(item: InputItem, i: int, tools: ToolMap) -> None:
+    """An item that becomes no chat message, as the Responses table classifies it: the
+    reasoning of an earlier turn is reported (chat takes none back); the items of hosted
+    MCP tools are the gateway's to read when it runs them, else they go as the request's
+    hosted tools go (dropped and reported, or refused by name)."""
+    name = item.type
+    if name == "reasoning":
+        tools.left_out(name)
+    elif name not in _MCP_ITEMS or tools.gateway_runs:
+        return  # additional_tools (its tools are the request's), or the gateway's to read
+    elif tools.hosted == "drop":
+        tools.left_out(name)
+    else:
+        raise InvalidRequestError(
+            f"Input items of type '{name}' belong to an mcp tool, and this request has "
+            "none the gateway runs.",
+            param=f"input[{i}].type",
+        )
 
 
 def _tool_output(item: InputItem, i: int) -> ChatMessage:

@@ -151,7 +151,7 @@ def to_chat(
     messages.extend(ChatMessage.model_validate(m) for m in history)
     stored = "previous_response_id" if body.previous_response_id else "conversation"
     names.messages.extend(field_origin(stored) for _ in history)
-    turn = input_messages(body.input, tools, names.messages)
+    turn = input_messages(body.input, tools, names.messages, report=True)
     messages.extend(turn)
     if not messages:
         if not empty_ok:

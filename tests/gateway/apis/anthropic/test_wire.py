@@ -116,3 +116,59 @@ def test_fields_that_change_meaning_are_still_refused_by_name(http: httpx.Client
     refused = post(http, ask(messages=turns, tools=[TOOL]))
     assert refused.status_code == 400
     assert "messages[1].content[0].caller" in refused.json()["error"]["message"]
+
+
+def events(response: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
+
+
+def test_reasoning_round_trip_whole_and_streamed(
+    http: httpx.Client, openai_up: FaultUpstream
+) -> None:
+    whole = post(http, ask(model="reason"))
+    assert whole.status_code == 200, whole.text
+    thinking = whole.json()["content"][0]
+    assert thinking == {"type": "thinking", "thinking": "word0 word1 ", "signature": ""}
+    streamed = post(http, ask(model="reason", stream=True))
+    pieces = [
+        e["delta"]["thinking"]
+        for e in events(streamed)
+        if e["type"] == "content_block_delta" and e["delta"]["type"] == "thinking_delta"
+    ]
+    assert "".join(pieces) == "word0 word1 "
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": whole.json()["content"]},
+        {"role": "user", "content": "more"},
+    ]
+    again = post(http, ask(model="reason", messages=turns))
+    assert again.status_code == 200, again.text
+    assert again.headers["x-shunter-dropped"] == "thinking"  # said, not silent
+    sent = openai_up.last().body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert "reasoning_content" not in sent[1]
+
+
+def test_unsigned_thinking_never_reaches_anthropic(
+    http: httpx.Client, anthropic_up: AnthropicUpstream
+) -> None:
+    unsigned = {"type": "thinking", "thinking": "made by translation", "signature": ""}
+    signed = {"type": "thinking", "thinking": "Anthropic's", "signature": "EqQBCkYIBxgC"}
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [unsigned, {"type": "text", "text": "Hello."}]},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": [signed, {"type": "text", "text": "Hi."}]},
+        {"role": "user", "content": "once more"},
+        {"role": "assistant", "content": [unsigned]},
+        {"role": "user", "content": "last"},
+    ]
+    answer = post(http, ask(model="sonnet", messages=turns))
+    assert answer.status_code == 200, answer.text
+    sent = anthropic_up.last().body["messages"]
+    assert sent[1]["content"] == [{"type": "text", "text": "Hello."}]
+    assert sent[3]["content"][0] == signed  # a signed block goes as it came
+    assert [m["content"] for m in sent[4:]] == ["once more", "last"]
+    counted = post(http, ask(model="sonnet", messages=turns), "/v1/messages/count_tokens")
+    assert counted.status_code == 200, counted.text
+    assert "made by translation" not in anthropic_up.last("/v1/messages/count_tokens").raw.decode()

@@ -41,6 +41,7 @@ def server(upstream: FaultUpstream, tmp_path_factory: pytest.TempPathFactory) ->
         "  demo: {candidates: [oai]}\n"
         "  reason: {candidates: [reason]}\n"
         "  think: {candidates: [think]}\n"
+        "  strict: {candidates: [oai], hosted_tools: refuse}\n"
     )
     started = start_server(folder / "config.yaml", folder / "server.log")
     yield started
@@ -67,3 +68,45 @@ def test_a_deferred_tool_is_sent_and_the_deferral_reported(
     sent = upstream.last().body
     assert [t["function"]["name"] for t in sent["tools"]] == ["shell", "grep"]
     assert "defer_loading" not in json.dumps(sent)
+
+
+def sse(response: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in response.text.splitlines() if line[:7] == "data: {"]
+
+
+@pytest.mark.parametrize("model", ["reason", "think"])
+def test_reasoning_round_trip_whole_and_streamed(
+    http: httpx.Client, upstream: FaultUpstream, model: str
+) -> None:
+    whole = post(http, {"model": model, "input": "hi"})
+    assert whole.status_code == 200, whole.text
+    item = whole.json()["output"][0]
+    assert item["type"] == "reasoning"
+    assert item["content"] == [{"type": "reasoning_text", "text": "word0 word1 "}]
+    streamed = post(http, {"model": model, "input": "hi", "stream": True})
+    pieces = [e["delta"] for e in sse(streamed) if e["type"] == "response.reasoning_text.delta"]
+    assert "".join(pieces) == "word0 word1 "
+    said = whole.json()["output"][1]
+    history = [{"role": "user", "content": "hi"}, item, said, {"role": "user", "content": "more"}]
+    again = post(http, {"model": model, "input": history, "store": False})
+    assert again.status_code == 200, again.text
+    assert again.headers["x-shunter-dropped"] == "reasoning"  # said, not silent
+    sent = upstream.last().body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert "reasoning_content" not in sent[1]
+
+
+def test_hosted_mcp_items_go_as_hosted_tools_go(http: httpx.Client) -> None:
+    listing = {
+        "type": "mcp_list_tools",
+        "id": "mcpl_1",
+        "server_label": "docs",
+        "tools": [{"name": "search", "input_schema": {"type": "object"}}],
+    }
+    history = [{"role": "user", "content": "hi"}, listing]
+    answer = post(http, {"model": "demo", "input": history})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-shunter-dropped"] == "mcp_list_tools"
+    refused = post(http, {"model": "strict", "input": history})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "input[1].type"
