@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from gateway.errors import ContextLengthExceededError, GatewayError
-from gateway.protocol.common import RequestModel, ResponseModel, new_id
+from gateway.protocol.common import RequestModel, ResponseModel, item_id
 from gateway.protocol.toolschema import ToolSchema
 
 _SERVER_TOOL = re.compile(r"^([a-z][a-z0-9_]*)_(\d{8})$")
@@ -130,7 +130,7 @@ class MessageUsage(ResponseModel):
 class MessageResponse(ResponseModel):
     """The ``message`` answer: content blocks as dicts (``text`` / ``tool_use``)."""
 
-    id: str = Field(default_factory=lambda: new_id("msg"))
+    id: str = Field(default_factory=lambda: item_id("msg"))
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     model: str

@@ -71,6 +71,7 @@ from gateway.protocol.messages_codec import (
     reasoning_effort,
     tool_arguments,
 )
+from gateway.protocol.parts import joined
 from gateway.protocol.rawbody import RawBody
 from gateway.protocol.validation import request_error
 
@@ -409,7 +410,7 @@ class _Translation:
                     attached.append((part, Site(f"{param}.content[{k}]", PART)))
                 elif part is not None:
                     texts.append(part.text or "")
-        text = "".join(texts)
+        text = joined(texts)
         if block.is_error:
             text = f"Error: {text}"
         tool = ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text)
@@ -471,7 +472,7 @@ def _direct(caller: Any) -> bool:
 
 def _message(role: str, parts: list[ContentPart]) -> ChatMessage:
     if all(p.type == "text" for p in parts):
-        return ChatMessage(role=role, content="".join(p.text or "" for p in parts))  # type: ignore[arg-type]
+        return ChatMessage(role=role, content=joined([p.text or "" for p in parts]))  # type: ignore[arg-type]
     return ChatMessage(role=role, content=parts)  # type: ignore[arg-type]
 
 

@@ -20,6 +20,7 @@ from gateway.errors import InvalidRequestError
 from gateway.protocol import ChatMessage
 from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
 from gateway.protocol.fieldnames import Origin
+from gateway.protocol.parts import joined
 from gateway.protocol.responses import InputItem, InputPart
 
 # items that become no chat message: their tools join the request's (additional_tools),
@@ -120,7 +121,9 @@ def _message(item: InputItem, i: int) -> ChatMessage:
     parts = [_part(part, i, j) for j, part in enumerate(content)]
     if item.role != "user" or all(part.type == "text" for part in parts):
         # only a user turn may carry images; other roles are plain text
-        return ChatMessage(role=item.role, content="".join(p.text or "" for p in parts))
+        texts = [p.text or "" for p in parts]
+        text = "".join(texts) if item.role == "assistant" else joined(texts)
+        return ChatMessage(role=item.role, content=text)
     return ChatMessage(role=item.role, content=parts)
 
 
@@ -165,7 +168,7 @@ def _extras(part: InputPart, *names: str) -> dict[str, Any]:
 
 
 def _parts_text(parts: list[InputPart]) -> str:
-    return "".join(part.text or "" for part in parts)
+    return joined([part.text or "" for part in parts])
 
 
 def _tool_call(messages: list[ChatMessage], item: InputItem, i: int, tools: ToolMap) -> None:

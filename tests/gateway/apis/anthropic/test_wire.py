@@ -172,3 +172,38 @@ def test_unsigned_thinking_never_reaches_anthropic(
     counted = post(http, ask(model="sonnet", messages=turns), "/v1/messages/count_tokens")
     assert counted.status_code == 200, counted.text
     assert "made by translation" not in anthropic_up.last("/v1/messages/count_tokens").raw.decode()
+
+
+def test_text_blocks_of_a_turn_reach_the_model_as_paragraphs(
+    http: httpx.Client, openai_up: FaultUpstream
+) -> None:
+    document = {"type": "document", "source": {"type": "text", "data": "The end."}}
+    question = {"type": "text", "text": "Summarise"}
+    cited = [{"type": "text", "text": "Paris is the "}, {"type": "text", "text": "capital."}]
+    turns = [
+        {"role": "user", "content": [document, question]},
+        {"role": "assistant", "content": cited},
+        {"role": "user", "content": "more"},
+    ]
+    answer = post(http, ask(messages=turns))
+    assert answer.status_code == 200, answer.text
+    sent = openai_up.last().body["messages"]
+    assert sent[0]["content"] == "The end.\n\nSummarise"
+    assert sent[1]["content"] == "Paris is the capital."  # one answer, cut by citations
+
+
+def test_translated_messages_have_anthropics_ids(http: httpx.Client) -> None:
+    whole = post(http, ask())
+    assert whole.json()["id"].startswith("msg_"), whole.json()["id"]
+    streamed = post(http, ask(stream=True))
+    assert events(streamed)[0]["message"]["id"].startswith("msg_")
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+@pytest.mark.parametrize("model", ["demo", "sonnet"])
+def test_a_lone_surrogate_is_a_400(http: httpx.Client, path: str, model: str) -> None:
+    body = json.dumps(ask(model=model)).replace('"hi"', '"hi \\ud800"')
+    refused = http.post(path, content=body, headers={"content-type": "application/json"})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["type"] == "invalid_request_error" and "surrogate" in error["message"]

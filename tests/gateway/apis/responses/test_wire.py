@@ -110,3 +110,21 @@ def test_hosted_mcp_items_go_as_hosted_tools_go(http: httpx.Client) -> None:
     refused = post(http, {"model": "strict", "input": history})
     assert refused.status_code == 400
     assert refused.json()["error"]["param"] == "input[1].type"
+
+
+def test_text_parts_of_a_message_reach_the_model_as_paragraphs(
+    http: httpx.Client, upstream: FaultUpstream
+) -> None:
+    parts = [{"type": "input_text", "text": "The end."}, {"type": "input_text", "text": "Sum"}]
+    said = [{"type": "output_text", "text": "Paris is the "}, {"type": "output_text", "text": "."}]
+    given = [
+        {"role": "user", "content": parts},
+        {"role": "assistant", "content": said},
+        {"role": "user", "content": "more"},
+    ]
+    answer = post(http, {"model": "demo", "input": given})
+    assert answer.status_code == 200, answer.text
+    sent = upstream.last().body["messages"]
+    assert [m["content"] for m in sent] == ["The end.\n\nSum", "Paris is the .", "more"]
+    assert all(item["id"].startswith(("msg_", "rs_")) for item in answer.json()["output"])
+
