@@ -95,7 +95,8 @@ class ResponsesRequest(RequestModel):
     """``POST /v1/responses``, fields in OpenAI-doc order."""
 
     model: str
-    input: str | list[InputItem]
+    input: str | list[InputItem] = Field(default_factory=list)
+    """Optional, as OpenAI's: a turn may only continue ``previous_response_id``."""
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: ResponseToolChoice | None = None

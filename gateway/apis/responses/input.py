@@ -33,6 +33,7 @@ _SKIPPED_ITEMS = (
     "mcp_approval_response",
 )
 _MCP_ITEMS = ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def input_messages(
@@ -60,7 +61,7 @@ def input_messages(
             messages.append(_message(item, i))
         elif item.type in ("function_call", "custom_tool_call"):
             _tool_call(messages, item, i, tools)
-        elif item.type in ("function_call_output", "custom_tool_call_output"):
+        elif item.type in _OUTPUTS:
             messages.append(_tool_output(item, i))
         elif item.type == "mcp_call":
             messages.extend(mcp_call_messages(item, i))
@@ -76,6 +77,21 @@ def input_messages(
         elif item.type in ("function_call", "custom_tool_call") and noted:
             noted[-1].calls.append(call_site(item, i))  # one more call of the message before
     return messages
+
+
+def refuse_orphan_outputs(given: str | list[InputItem], messages: list[ChatMessage]) -> None:
+    """A 400 naming the first tool output in ``given`` whose ``call_id`` no call among
+    ``messages`` (the conversation so far and this input) made: no upstream takes a tool
+    message without its call, and OpenAI refuses it in the same words."""
+    if isinstance(given, str):
+        return
+    called = {call.id for message in messages for call in message.tool_calls or ()}
+    for i, item in enumerate(given):
+        if item.type in _OUTPUTS and item.call_id and item.call_id not in called:
+            raise InvalidRequestError(
+                f"No tool call found for function call output with call_id {item.call_id}.",
+                param=f"input[{i}].call_id",
+            )
 
 
 def _left_out(item: InputItem, i: int, tools: ToolMap) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.apis.responses.conversations import ConversationStore
-from gateway.apis.responses.input import input_messages
+from gateway.apis.responses.input import input_messages, refuse_orphan_outputs
 from gateway.apis.responses.names import (
     field_origin,
     response_names,
@@ -153,6 +153,7 @@ def to_chat(
     names.messages.extend(field_origin(stored) for _ in history)
     turn = input_messages(body.input, tools, names.messages, report=True)
     messages.extend(turn)
+    refuse_orphan_outputs(body.input, messages)
     if not messages:
         if not empty_ok:
             raise InvalidRequestError("The input is empty.", param="input")

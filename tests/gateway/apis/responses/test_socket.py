@@ -174,6 +174,21 @@ def test_a_generate_that_is_no_boolean_is_refused_by_name(server: Server) -> Non
     assert said["error"]["param"] == "generate"
 
 
+def test_an_orphan_tool_output_is_refused_on_the_socket(
+    server: Server, upstream: ScriptedUpstream
+) -> None:
+    url = server.api.replace("http://", "ws://") + "/responses"
+    output = {"type": "function_call_output", "call_id": "call_nowhere", "output": "done"}
+    create = {"type": "response.create", "model": "agent", "input": [output]}
+    before = len(upstream.bodies)
+    with websockets.sync.client.connect(url) as socket:
+        socket.send(json.dumps(create))
+        said = json.loads(socket.recv(timeout=30))
+    assert said["type"] == "error" and said["status"] == 400
+    assert said["error"]["param"] == "input[0].call_id"
+    assert len(upstream.bodies) == before
+
+
 def test_each_event_names_the_turns_stream_id(server: Server) -> None:
     url = server.api.replace("http://", "ws://") + "/responses"
     create = {"type": "response.create", "model": "agent", "input": "Hi", "stream_id": "lane-1"}

@@ -128,3 +128,50 @@ def test_text_parts_of_a_message_reach_the_model_as_paragraphs(
     assert [m["content"] for m in sent] == ["The end.\n\nSum", "Paris is the .", "more"]
     assert all(item["id"].startswith(("msg_", "rs_")) for item in answer.json()["output"])
 
+
+ORPHAN: Any = [
+    {"role": "user", "content": "hi"},
+    {"type": "function_call_output", "call_id": "call_nowhere", "output": "done"},
+]
+
+
+def test_an_orphan_tool_output_is_refused_by_name(
+    http: httpx.Client, upstream: FaultUpstream
+) -> None:
+    before = len(upstream.requests)
+    refused = post(http, {"model": "demo", "input": ORPHAN})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["param"] == "input[1].call_id" and "call_nowhere" in error["message"]
+    assert len(upstream.requests) == before  # nothing went upstream
+    call = {"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{}"}
+    first = post(http, {"model": "demo", "input": [ORPHAN[0], call]})
+    assert first.status_code == 200, first.text
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "done"}
+    answered = post(
+        http, {"model": "demo", "input": [output], "previous_response_id": first.json()["id"]}
+    )
+    assert answered.status_code == 200, answered.text  # its call is in the stored turn
+
+
+def test_compact_refuses_nothing_and_compacts_a_stored_conversation(http: httpx.Client) -> None:
+    refused = post(http, {"model": "demo", "input": []}, "/v1/responses/compact")
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input"
+    first = post(http, {"model": "demo", "input": "Fix the parser."})
+    assert first.status_code == 200, first.text
+    compact = {"model": "demo", "previous_response_id": first.json()["id"]}
+    compacted = post(http, compact, "/v1/responses/compact")
+    assert compacted.status_code == 200, compacted.text
+    assert compacted.json()["output"][-1]["type"] == "compaction"
+
+
+def test_input_tokens_are_counted_as_openai_counts_them(http: httpx.Client) -> None:
+    short = post(http, {"model": "demo", "input": "hi"}, "/v1/responses/input_tokens")
+    assert short.status_code == 200, short.text
+    said = short.json()
+    assert said["object"] == "response.input_tokens" and said["input_tokens"] > 0
+    assert short.headers["x-shunter-token-count"] == "estimated"
+    long = post(http, {"model": "demo", "input": "hi " * 400}, "/v1/responses/input_tokens")
+    assert long.json()["input_tokens"] > said["input_tokens"] + 250
+    missing = post(http, {"model": "nope", "input": "hi"}, "/v1/responses/input_tokens")
+    assert missing.status_code == 404
