@@ -79,7 +79,7 @@ class TextFormat(RequestModel):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
     description: str | None = None
-    schema_: dict[str, JsonValue] | None = Field(default=None, alias="schema")
+    schema_: ToolSchema | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 

@@ -207,3 +207,41 @@ def test_a_lone_surrogate_is_a_400(http: httpx.Client, path: str, model: str) ->
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
     assert error["type"] == "invalid_request_error" and "surrogate" in error["message"]
+
+
+def test_nulls_and_numbers_anthropic_refuses_are_refused(http: httpx.Client) -> None:
+    for body, named in [
+        (ask(top_p=None), "top_p"),
+        (ask(metadata={"user_id": 12345}), "metadata.user_id"),
+    ]:
+        refused = post(http, body)
+        assert refused.status_code == 400, (body, refused.text)
+        assert f"'{named}'" in refused.json()["error"]["message"], refused.text
+    assert post(http, ask(metadata={"user_id": None})).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("schema", "said"),
+    [
+        ({"$ref": "#"}, "leads back to itself"),
+        (
+            {
+                "type": "object",
+                "properties": {"n": {"type": "integer", "minimum": 9, "maximum": 1}},
+            },
+            "minimum is greater than maximum",
+        ),
+        (
+            {"type": "object", "properties": {"x": {"$ref": "#/$defs/gone"}}},
+            "points at nothing",
+        ),
+    ],
+)
+def test_a_tool_schema_no_value_fits_is_refused_by_name(
+    http: httpx.Client, schema: dict[str, Any], said: str
+) -> None:
+    refused = post(http, ask(tools=[{**TOOL, "input_schema": schema}]))
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert "'tools[0].input_schema'" in message and said in message, message
+    assert "Traceback" not in message and "object at 0x" not in message

@@ -84,3 +84,17 @@ def test_reasoning_round_trip_whole_and_streamed(
     assert again.status_code == 200, again.text
     sent = upstream.last().body["messages"][1]
     assert {name: sent[name] for name in names} == {name: message[name] for name in names}
+
+
+def test_an_over_long_prompt_is_named_as_the_api_names_it(http: httpx.Client) -> None:
+    long = "word " * 5000
+    completion = post(http, {"model": "demo", "prompt": long}, "/v1/completions")
+    assert completion.status_code == 400, completion.text
+    assert completion.json()["error"]["param"] == "prompt"
+    assert completion.json()["error"]["code"] == "context_length_exceeded"
+    chat_said = post(
+        http,
+        {"model": "demo", "messages": [{"role": "user", "content": long}]},
+        "/v1/chat/completions",
+    )
+    assert chat_said.json()["error"]["param"] == "messages"

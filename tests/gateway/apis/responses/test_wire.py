@@ -175,3 +175,14 @@ def test_input_tokens_are_counted_as_openai_counts_them(http: httpx.Client) -> N
     assert long.json()["input_tokens"] > said["input_tokens"] + 250
     missing = post(http, {"model": "nope", "input": "hi"}, "/v1/responses/input_tokens")
     assert missing.status_code == 404
+
+
+def test_a_bad_output_schema_is_refused_cleanly(http: httpx.Client) -> None:
+    dangling = {"type": "json_schema", "name": "x", "schema": {"$ref": "#/$defs/gone"}}
+    refused = post(http, {"model": "demo", "input": "hi", "text": {"format": dangling}})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == "text.format.schema" and "points at nothing" in error["message"]
+    for bad in ({"format": "json"}, {"format": {"type": "xml"}}):
+        said = post(http, {"model": "demo", "input": "hi", "text": bad}).json()["error"]
+        assert said["param"].startswith("text") and "instance of" not in said["message"], said
