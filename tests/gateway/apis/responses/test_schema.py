@@ -134,9 +134,7 @@ def _as_published(response: dict[str, Any]) -> dict[str, Any]:
     """A response object with the keys of :data:`_NULL_IN_PRACTICE` (present) left out
     where null, and so a ``json_schema`` format's ``description`` (written, null)."""
     assert all(key in response for key in _NULL_IN_PRACTICE)
-    published = {
-        k: v for k, v in response.items() if k not in _NULL_IN_PRACTICE or v is not None
-    }
+    published = {k: v for k, v in response.items() if k not in _NULL_IN_PRACTICE or v is not None}
     form = (response.get("text") or {}).get("format") or {}
     if form.get("type") == "json_schema":
         assert "description" in form  # as OpenAI writes it
