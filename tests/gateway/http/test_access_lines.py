@@ -16,6 +16,7 @@ import pytest
 import websockets.sync.client
 
 from tests.conftest import Server, start_server, stop_server
+from tests.fixtures.anthropic_upstream import AnthropicUpstream
 from tests.fixtures.fault_upstream import FaultUpstream
 
 MODELS = [f"m{i:02d}" for i in range(25)]
@@ -28,7 +29,17 @@ def upstream() -> Iterator[FaultUpstream]:
 
 
 @pytest.fixture(scope="module")
-def server(upstream: FaultUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def anthropic_up() -> Iterator[AnthropicUpstream]:
+    with AnthropicUpstream() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(
+    upstream: FaultUpstream,
+    anthropic_up: AnthropicUpstream,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("access-lines")
     oai = f"backend: openai, base_url: '{upstream.url}'"
     models = "".join(f"  {name}: {{candidates: [oai]}}\n" for name in MODELS)
@@ -38,11 +49,15 @@ def server(upstream: FaultUpstream, tmp_path_factory: pytest.TempPathFactory) ->
         f"  - {{name: oai, {oai}, model: fake}}\n"
         f"  - {{name: late, {oai}, model: 'fault:ttft:1500'}}\n"
         f"  - {{name: hang, {oai}, model: 'fault:hang'}}\n"
+        f"  - {{name: claude, backend: anthropic, base_url: '{anthropic_up.url}',"
+        " api_key_env: UP_KEY, model: slow}\n"
         "models:\n"
         "  late: {candidates: [late]}\n"
-        "  hang: {candidates: [hang]}\n" + models
+        "  hang: {candidates: [hang]}\n"
+        "  claude: {candidates: [claude]}\n" + models
     )
-    started = start_server(folder / "config.yaml", folder / "server.log")
+    env = {"UP_KEY": "sk-upstream"}
+    started = start_server(folder / "config.yaml", folder / "server.log", env=env)
     yield started
     stop_server(started)
 
@@ -78,8 +93,8 @@ def test_an_unknown_model_is_answered_with_the_models_served(server: Server) -> 
     assert answer.status_code == 404
     message = answer.json()["error"]["message"]
     assert "'gpt-4o' does not exist" in message
-    assert "late, hang, m00" in message and "m17" in message  # the first 20 of 27
-    assert "m18" not in message and "(and 7 more)" in message
+    assert "late, hang, claude, m00" in message and "m16" in message  # the first 20 of 28
+    assert "m17" not in message and "(and 8 more)" in message
     messages = httpx.post(
         f"{server.base_url}/v1/messages",
         json={
@@ -89,7 +104,10 @@ def test_an_unknown_model_is_answered_with_the_models_served(server: Server) -> 
         },
         timeout=30,
     )
-    assert messages.status_code == 404 and "late, hang, m00" in messages.json()["error"]["message"]
+    assert (
+        messages.status_code == 404
+        and "late, hang, claude, m00" in messages.json()["error"]["message"]
+    )
 
 
 def test_a_refusals_access_line_says_why(server: Server) -> None:
@@ -140,6 +158,13 @@ def test_every_client_that_leaves_is_a_499_line(
 ) -> None:
     body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
     rid = _leave_early(server, "/v1/chat/completions", body, cut)
+    line = eventually(lambda: line_of(server, rid))
+    assert line is not None and line["status"] == 499, line
+
+
+def test_a_client_that_leaves_an_operation_no_watch_serves_is_a_499_line(server: Server) -> None:
+    body = {"model": "claude", "messages": [{"role": "user", "content": "hi"}]}
+    rid = _leave_early(server, "/v1/messages/count_tokens", body)  # counted upstream in 1 s
     line = eventually(lambda: line_of(server, rid))
     assert line is not None and line["status"] == 499, line
 
