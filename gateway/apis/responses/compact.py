@@ -59,9 +59,14 @@ def compaction(call: ResponsesCall, answer: ChatCompletion) -> bytes:
     summary = answer.choices[0].message.content or ""
     given = call.body.input
     assert not isinstance(given, str), "decode made the input a list"
+    stored = [  # the user's turns of a stored conversation (previous_response_id) first
+        InputItem(role="user", content=message["content"])
+        for message in call.history
+        if message.get("role") == "user" and isinstance(message.get("content"), str)
+    ]
     kept = [
         item
-        for item in new_items(given[:-1])
+        for item in new_items([*stored, *given[:-1]])
         if item["type"] == "message" and item.get("role") == "user"
     ]
     compacted = {

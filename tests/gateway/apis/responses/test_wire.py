@@ -162,7 +162,9 @@ def test_compact_refuses_nothing_and_compacts_a_stored_conversation(http: httpx.
     compact = {"model": "demo", "previous_response_id": first.json()["id"]}
     compacted = post(http, compact, "/v1/responses/compact")
     assert compacted.status_code == 200, compacted.text
-    assert compacted.json()["output"][-1]["type"] == "compaction"
+    output = compacted.json()["output"]
+    assert [item["type"] for item in output] == ["message", "compaction"]
+    assert output[0]["content"] == [{"type": "input_text", "text": "Fix the parser."}]
 
 
 def test_input_tokens_are_counted_as_openai_counts_them(http: httpx.Client) -> None:
