@@ -140,6 +140,9 @@ class NotFoundError(GatewayError):
 
 class ModelNotFoundError(NotFoundError):
     default_code = "model_not_found"
+    served: tuple[str, ...] = ()
+    """The models the gateway serves (the message lists those the caller may use)."""
+    listed: bool = False
 
 
 class RateLimitError(GatewayError):

@@ -337,9 +337,10 @@ def _name_budget(body: dict[str, Any], field: str) -> None:
 
 def _read_reasoning(message: AssistantMessage | ChoiceDelta) -> None:
     """An upstream's ``reasoning`` (OpenRouter, newer vLLM) read as ``reasoning_content``
-    (DeepSeek's, llama.cpp's server's and the gateway's own name)."""
+    (DeepSeek's, llama.cpp's server's and the gateway's own name) too; ``reasoning`` stays,
+    as a streamed answer's frames keep it, for the clients that read that name."""
     extra = message.model_extra
-    reasoning = extra.pop("reasoning", None) if extra else None
+    reasoning = extra.get("reasoning") if extra else None
     if isinstance(reasoning, str) and message.reasoning_content is None:
         message.reasoning_content = reasoning
 

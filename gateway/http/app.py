@@ -25,7 +25,7 @@ from gateway.hosted.context import HostedContext
 from gateway.http.bodies import BodyBuffers
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
-from gateway.http.middleware import RequestContextMiddleware, add_request_id
+from gateway.http.middleware import RequestContextMiddleware, add_request_id, note_refusal
 from gateway.http.operations import routes
 from gateway.http.reload import ConfigWatcher
 from gateway.http.routes import OPS_ROUTES
@@ -242,6 +242,7 @@ class ErrorShapes:
         )
 
     def gateway_error(self, request: Request[Any, Any, Any], exc: GatewayError) -> Response[bytes]:
+        note_refusal(request.scope.get("state", {}).get("log"), exc)
         return self._answer(request, exc, exc.status_code, exc.headers())
 
     def http_error(self, request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:

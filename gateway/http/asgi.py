@@ -20,7 +20,15 @@ JSON = "application/json"
 EVENTS = "text/event-stream"
 GONE = "shunter.client_gone"
 """The scope extension through which the server reports a lost connection: a dict in which
-a watch puts a ``"callback"``, called when the connection is lost while the request runs."""
+a watch puts a ``"callback"``, called when the connection is lost while the request runs;
+the server sets ``"lost"`` in it then, whether a watch was there or not (a client gone
+before its watch began, or during a request no watch serves)."""
+
+
+def lost(scope: Scope) -> bool:
+    """Whether the server reported the request's connection lost before its answer was
+    complete."""
+    return bool((scope.get("extensions") or {}).get(GONE, {}).get("lost"))
 
 
 class JSONBody:
@@ -131,6 +139,8 @@ class ClientWatch:
         if hook is not None:
             self._hook = hook
             hook["callback"] = self._disconnected
+            if hook.get("lost"):  # gone while the request was read or admitted
+                self._disconnected()
         else:
             self._watcher = self._loop.create_task(self._watch())
 

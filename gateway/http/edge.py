@@ -261,7 +261,9 @@ class EdgeProtocol(HttpToolsProtocol):
         cycle = self.cycle
         super().connection_lost(exc)
         if cycle is not None and not cycle.response_complete:
-            callback = (cycle.scope.get("extensions") or {}).get(GONE, {}).get("callback")
+            hook = (cycle.scope.get("extensions") or {}).get(GONE, {})
+            hook["lost"] = True  # the access line says 499, watched or not
+            callback = hook.get("callback")
             if callable(callback):
                 callback()
 

@@ -23,7 +23,8 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.http.upstream import REQUEST_CONTEXT
 from gateway.apis.contract import custom_method
-from gateway.errors import AuthenticationError
+from gateway.errors import AuthenticationError, GatewayError
+from gateway.http.asgi import lost
 from gateway.telemetry.instruments import Telemetry
 from gateway.telemetry.propagation import new_request_id, read_incoming
 from gateway.telemetry.spans import annotate_server_span, start_server_span
@@ -147,6 +148,8 @@ class RequestContextMiddleware:
     def _done(self, scope: Scope, traced: RequestTrace, status: int, duration: float) -> int:
         """Record the finished request and write its line; the status it ended with."""
         facts = traced.facts
+        if "client_gone" not in facts and lost(scope):  # gone with no watch to see it
+            facts["client_gone"] = "disconnected"
         if "client_gone" in facts:  # whatever was sent, nobody was left to read it all
             status = CLIENT_GONE
         elif not status:  # nothing was sent
@@ -199,6 +202,17 @@ def record_request(
         duration_ms=round(duration * 1000, 2),
         **_clipped(facts),
     )
+
+
+def note_refusal(facts: dict[str, Any] | None, exc: GatewayError) -> None:
+    """Put why a request was refused on its access line: the error's ``code`` and the
+    field it names (``param``), where they are known."""
+    if facts is None or exc.status_code >= 500:
+        return
+    if exc.code is not None:
+        facts.setdefault("error_code", exc.code)
+    if exc.param is not None:
+        facts.setdefault("error_param", exc.param)
 
 
 def _usage(facts: dict[str, Any]) -> dict[str, Any]:

@@ -18,11 +18,12 @@ from litestar.handlers import BaseRouteHandler
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway.apis.contract import Api, Operation, custom_method
-from gateway.errors import NotFoundError
+from gateway.errors import ModelNotFoundError, NotFoundError
 from gateway.http.asgi import JSONBody
 from gateway.http.intake import arrive
 from gateway.http.serving import as_asgi, generate
 from gateway.http.socket import refuse_socket, serve_socket
+from gateway.http.unknown import list_served
 
 log = structlog.get_logger("shunter.api")
 _PARAMETER = re.compile(r"\{(\w+)(?::\w+)?\}")
@@ -138,9 +139,13 @@ def _chosen(scope: Scope, actions: Actions, parameter: str | None) -> tuple[Api,
 async def serve(scope: Scope, receive: Receive, send: Send, api: Api, operation: Operation) -> None:
     """One HTTP request of ``operation``: the edge (key, limits, body), then the operation."""
     exchange = await arrive(scope, receive, api, operation)
-    if operation.codec is not None:
-        await generate(scope, receive, send, exchange, operation.codec)
-        return
-    assert operation.handler is not None, "an operation has a codec or a handler"
-    reply = await operation.handler(exchange)
+    try:
+        if operation.codec is not None:
+            await generate(scope, receive, send, exchange, operation.codec)
+            return
+        assert operation.handler is not None, "an operation has a codec or a handler"
+        reply = await operation.handler(exchange)
+    except ModelNotFoundError as exc:
+        list_served(exc, exchange.key)
+        raise
     await as_asgi(reply)(scope, receive, send)

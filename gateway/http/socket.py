@@ -21,11 +21,17 @@ from litestar.types import Receive, Scope, Send
 from litestar.types.asgi_types import WebSocketResponseBodyEvent, WebSocketResponseStartEvent
 
 from gateway.apis.contract import Api, Conversation, Decoded, Exchange, Operation, Reply
-from gateway.errors import GatewayError, InvalidRequestError, RequestTooLargeError
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    RequestTooLargeError,
+)
 from gateway.http.intake import credentials, header_map, query_map, taking_work
-from gateway.http.middleware import record_request
+from gateway.http.middleware import CLIENT_GONE, note_refusal, record_request
 from gateway.http.serving import admit, answer, settling
 from gateway.http.spine import Spine
+from gateway.http.unknown import list_served
 from gateway.telemetry.propagation import new_request_id
 
 log = structlog.get_logger("shunter.api")
@@ -123,7 +129,13 @@ async def _message(
         if len(exchange.body) > operation.max_body:
             raise _too_large(operation.max_body)
         await _answer(send, conversation, exchange)
+    except OSError:  # the server's ClientDisconnected: a write after the client left
+        status, facts["client_gone"] = CLIENT_GONE, "disconnected"
+        raise _Closed from None
     except GatewayError as exc:
+        if isinstance(exc, ModelNotFoundError):
+            list_served(exc, exchange.key)
+        note_refusal(facts, exc)
         refused = conversation.error(exc)
         status = refused.status if refused.status != 200 else exc.status_code
         await _write(send, refused)

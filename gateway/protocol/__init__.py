@@ -17,7 +17,7 @@ from gateway.protocol.chat import (
     ToolCall,
     ToolCallDelta,
 )
-from gateway.protocol.common import Model, ModelList, Usage, new_id, now
+from gateway.protocol.common import Model, ModelList, Usage, item_id, new_id, now
 from gateway.protocol.completions import Completion, CompletionChoice, CompletionRequest
 from gateway.protocol.embeddings import (
     Embedding,
@@ -48,6 +48,7 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "Usage",
+    "item_id",
     "new_id",
     "now",
 ]

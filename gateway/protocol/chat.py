@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Any, Literal
 
-from pydantic import Field, JsonValue, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gateway.protocol.common import (
     FinishReason,
@@ -95,7 +95,7 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 class JSONSchemaFormat(RequestModel):
     name: str = "response"
     description: str | None = None
-    schema_: dict[str, JsonValue] | None = Field(default=None, alias="schema")
+    schema_: ToolSchema | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 

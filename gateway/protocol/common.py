@@ -56,7 +56,14 @@ class ResponseModel(BaseModel):
 
 
 def new_id(prefix: str) -> str:
+    """An id as OpenAI's chat and completions name theirs (``chatcmpl-...``)."""
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def item_id(prefix: str) -> str:
+    """An id as Anthropic's messages and OpenAI's Responses objects name theirs
+    (``msg_...``, ``toolu_...``, ``fc_...``): the prefix, then an underscore."""
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 def now() -> int:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, field_validator
 
 from gateway.errors import ContextLengthExceededError, GatewayError
-from gateway.protocol.common import RequestModel, ResponseModel, new_id
+from gateway.protocol.common import RequestModel, ResponseModel, item_id
 from gateway.protocol.toolschema import ToolSchema
 
 _SERVER_TOOL = re.compile(r"^([a-z][a-z0-9_]*)_(\d{8})$")
@@ -74,6 +74,18 @@ class ToolChoiceParam(RequestModel):
     disable_parallel_tool_use: bool | None = None
 
 
+class Metadata(RequestModel):
+    """``metadata``: ``user_id`` is a string or null, as Anthropic's ``MetadataParam``
+    types it (a number is refused, never coerced)."""
+
+    user_id: str | None = None
+
+
+_NOT_NULL = ("temperature", "top_p", "top_k", "metadata")
+"""Fields Anthropic types without ``Optional``: an explicit ``null`` is refused by name, as
+Anthropic refuses it, rather than read as absent."""
+
+
 class MessagesRequest(RequestModel):
     """``POST /v1/messages`` (and, without ``max_tokens``, ``count_tokens``)."""
 
@@ -87,9 +99,17 @@ class MessagesRequest(RequestModel):
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
-    metadata: dict[str, JsonValue] | None = None
+    metadata: Metadata | None = None
     stream: bool | None = False
     thinking: dict[str, JsonValue] | None = None
+
+    @field_validator(*_NOT_NULL, mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # runs only on a value the client sent: an absent field keeps its default
+        if value is None:
+            raise ValueError("null is not a valid value; send one, or leave the field out")
+        return value
 
     def server_tools(self) -> dict[str, int | None]:
         """The upstream's own tools offered (``web_search_20250305`` → ``web_search``), with
@@ -130,7 +150,7 @@ class MessageUsage(ResponseModel):
 class MessageResponse(ResponseModel):
     """The ``message`` answer: content blocks as dicts (``text`` / ``tool_use``)."""
 
-    id: str = Field(default_factory=lambda: new_id("msg"))
+    id: str = Field(default_factory=lambda: item_id("msg"))
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     model: str

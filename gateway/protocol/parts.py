@@ -1,4 +1,5 @@
-"""Content parts (images, audio, files...): the refusal of a kind no deployment reads.
+"""Content parts (images, audio, files...): the refusal of a kind no deployment reads,
+and how a translation joins text parts.
 
 A kind is a chat content part ``type`` (``image_url``, ``input_audio``, ``file``,
 ``video_url``...): the other APIs' parts are translated into chat parts, so each API's
@@ -15,6 +16,16 @@ from gateway.errors import InvalidRequestError
 
 IMAGE_PART = "image_url"
 """The kind of an image part; images keep their own error code."""
+TEXT_SEPARATOR = "\n\n"
+"""Between the text parts of one user, system or tool message when a translation makes
+them one text: a document and the question after it stay two paragraphs ("The end." and
+"Summarise" reach the model as "The end.\n\nSummarise"). An assistant's parts are joined
+as they are: its text blocks are one answer (citations split it mid-sentence)."""
+
+
+def joined(texts: list[str]) -> str:
+    """The text parts of a user, system or tool message as one text."""
+    return TEXT_SEPARATOR.join(text for text in texts if text)
 
 
 def unread_part(kind: str, field: str | None, reader: str) -> InvalidRequestError:

@@ -10,12 +10,18 @@ top-level object and where each member's value lies.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from gateway.errors import InvalidRequestError
 
 _DECODER = json.JSONDecoder()
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A ``\\uD800``-``\\uDFFF`` escape: Python's decoder takes a lone one, which no UTF-8
+encoder (nor an upstream) takes."""
 _SPACE = " \t\n\r"
 
 
@@ -42,6 +48,8 @@ class RawBody:
         try:
             text = raw.decode("utf-8")
             data, members = _members(text)
+            if _SURROGATE.search(text) is not None:
+                orjson.loads(raw)  # a surrogate escape must be half of a pair
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise InvalidRequestError(f"The body is not a JSON object: {exc}") from None
         return cls(text, data, members)

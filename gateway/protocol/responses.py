@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
-from gateway.protocol.common import Omitted, RequestModel, ResponseModel, new_id, now
+from gateway.protocol.common import Omitted, RequestModel, ResponseModel, item_id, now
 from gateway.protocol.toolschema import ToolSchema
 
 
@@ -79,7 +79,7 @@ class TextFormat(RequestModel):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
     description: str | None = None
-    schema_: dict[str, JsonValue] | None = Field(default=None, alias="schema")
+    schema_: ToolSchema | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
@@ -95,7 +95,8 @@ class ResponsesRequest(RequestModel):
     """``POST /v1/responses``, fields in OpenAI-doc order."""
 
     model: str
-    input: str | list[InputItem]
+    input: str | list[InputItem] = Field(default_factory=list)
+    """Optional, as OpenAI's: a turn may only continue ``previous_response_id``."""
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
     tool_choice: ResponseToolChoice | None = None
@@ -136,7 +137,7 @@ ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
 class OutputMessage(ResponseModel):
-    id: str = Field(default_factory=lambda: new_id("msg"))
+    id: str = Field(default_factory=lambda: item_id("msg"))
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     status: ItemStatus = "completed"
@@ -144,7 +145,7 @@ class OutputMessage(ResponseModel):
 
 
 class FunctionCallItem(ResponseModel):
-    id: str = Field(default_factory=lambda: new_id("fc"))
+    id: str = Field(default_factory=lambda: item_id("fc"))
     type: Literal["function_call"] = "function_call"
     status: ItemStatus = "completed"
     call_id: str
@@ -156,7 +157,7 @@ class FunctionCallItem(ResponseModel):
 class CustomToolCallItem(ResponseModel):
     """A call of a ``custom`` (free-form) tool: its ``input`` is the text itself."""
 
-    id: str = Field(default_factory=lambda: new_id("ctc"))
+    id: str = Field(default_factory=lambda: item_id("ctc"))
     type: Literal["custom_tool_call"] = "custom_tool_call"
     status: ItemStatus = "completed"
     call_id: str
@@ -173,7 +174,7 @@ class ReasoningText(ResponseModel):
 class ReasoningItem(ResponseModel):
     """The model's reasoning, as the upstream gave it (its full text, no summary)."""
 
-    id: str = Field(default_factory=lambda: new_id("rs"))
+    id: str = Field(default_factory=lambda: item_id("rs"))
     type: Literal["reasoning"] = "reasoning"
     status: ItemStatus = "completed"
     summary: list[Any] = Field(default_factory=list)
@@ -193,7 +194,7 @@ class McpListToolsItem(ResponseModel):
     """The tools of an MCP server the gateway listed for the model (``error``: why it
     could not)."""
 
-    id: str = Field(default_factory=lambda: new_id("mcpl"))
+    id: str = Field(default_factory=lambda: item_id("mcpl"))
     type: Literal["mcp_list_tools"] = "mcp_list_tools"
     server_label: str
     tools: list[McpListedTool] = Field(default_factory=list)
@@ -208,7 +209,7 @@ class McpCallItem(ResponseModel):
     ``error`` why it failed (``mcp_tool_execution_error``: the tool said so;
     ``http_error``: the server could not be reached or refused)."""
 
-    id: str = Field(default_factory=lambda: new_id("mcp"))
+    id: str = Field(default_factory=lambda: item_id("mcp"))
     type: Literal["mcp_call"] = "mcp_call"
     status: McpCallStatus = "completed"
     server_label: str
@@ -222,7 +223,7 @@ class McpCallItem(ResponseModel):
 class McpApprovalRequestItem(ResponseModel):
     """A call the model made that waits for the client's ``mcp_approval_response``."""
 
-    id: str = Field(default_factory=lambda: new_id("mcpr"))
+    id: str = Field(default_factory=lambda: item_id("mcpr"))
     type: Literal["mcp_approval_request"] = "mcp_approval_request"
     server_label: str
     name: str
@@ -283,7 +284,7 @@ class ResponseObject(ResponseModel):
     """The ``response`` object: the answer to ``POST``, what ``GET /v1/responses/{id}``
     returns, and the ``response`` of the lifecycle stream events."""
 
-    id: str = Field(default_factory=lambda: new_id("resp"))
+    id: str = Field(default_factory=lambda: item_id("resp"))
     object: Literal["response"] = "response"
     created_at: int = Field(default_factory=now)
     status: ResponseStatus = "completed"

@@ -12,7 +12,7 @@ in the string. The walk is linear in the schema's size and stops at :data:`MAX_N
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeGuard
 
 from pydantic import AfterValidator, JsonValue
 
@@ -63,9 +63,12 @@ class SchemaProblem(ValueError):
 
 def check_schema(schema: Any) -> None:
     """Raise :class:`SchemaProblem` for the first keyword whose value the JSON Schema
-    meta-schema does not allow; a schema is an object or a boolean."""
+    meta-schema does not allow (a schema is an object or a boolean), a bound past its
+    other bound (``minimum`` above ``maximum``: no value fits), or a local ``$ref`` that
+    points at nothing or only at ``$ref`` s back to itself (no schema to expand)."""
     budget = [MAX_NODES]
     _check(schema, "", budget)
+    _check_refs(schema, "", schema, [MAX_NODES])
 
 
 def _check(schema: Any, where: str, budget: list[int]) -> None:
@@ -80,8 +83,63 @@ def _check(schema: Any, where: str, budget: list[int]) -> None:
         what = _keyword_problem(keyword, value)
         if what is not None:
             raise SchemaProblem(f"{where}/{keyword}", what)
+    for low, high in _BOUNDS:
+        lowest, highest = schema.get(low), schema.get(high)
+        if _is_number(lowest) and _is_number(highest) and lowest > highest:
+            raise SchemaProblem(f"{where}/{low}", f"{low} is greater than {high}")
     for path, inner in _subschemas(schema):
         _check(inner, f"{where}/{path}", budget)
+
+
+_BOUNDS = (
+    ("minimum", "maximum"),
+    ("minLength", "maxLength"),
+    ("minItems", "maxItems"),
+    ("minProperties", "maxProperties"),
+    ("minContains", "maxContains"),
+)
+
+
+def _check_refs(schema: Any, where: str, root: Any, budget: list[int]) -> None:
+    """Each local ``$ref`` (``#``, ``#/$defs/...``) must lead, through any ``$ref`` s it
+    points at, to a schema of its own (a remote one is left to whoever fetches it)."""
+    budget[0] -= 1
+    if budget[0] < 0 or not isinstance(schema, dict):
+        return
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        _follow(ref, f"{where}/$ref", root)
+    for path, inner in _subschemas(schema):
+        _check_refs(inner, f"{where}/{path}", root, budget)
+
+
+def _follow(ref: str, where: str, root: Any) -> None:
+    seen: set[str] = set()
+    target: Any = {"$ref": ref}
+    while isinstance(target, dict) and isinstance(target.get("$ref"), str):
+        ref = target["$ref"]
+        if not ref.startswith("#"):
+            return
+        if ref in seen:
+            raise SchemaProblem(where, f"$ref '{ref}' leads back to itself through $refs only")
+        seen.add(ref)
+        target = _pointed(root, ref)
+        if target is None:
+            raise SchemaProblem(where, f"$ref '{ref}' points at nothing in the schema")
+
+
+def _pointed(root: Any, ref: str) -> Any:
+    """What the JSON pointer of a local ``$ref`` points at (None when nothing)."""
+    node = root
+    for raw in ref[1:].split("/")[1:]:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
 
 
 def _keyword_problem(keyword: str, value: Any) -> str | None:
@@ -157,7 +215,7 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

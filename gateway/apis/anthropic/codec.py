@@ -124,9 +124,8 @@ def forwarded(exchange: Exchange) -> dict[str, str]:
 
 def session_hint(call: MessagesCall) -> SessionHint | None:
     """Claude Code's session, from ``metadata.user_id``."""
-    metadata = call.body.metadata or {}
-    user_id = metadata.get("user_id")
-    found = claude_session(user_id if isinstance(user_id, str) else None)
+    metadata = call.body.metadata
+    found = claude_session(metadata.user_id if metadata is not None else None)
     return None if found is None else SessionHint("metadata.user_id", found)
 
 

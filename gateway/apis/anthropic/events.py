@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.errors import GatewayError
-from gateway.protocol import ChatCompletionChunk, ToolCallDelta, new_id
+from gateway.protocol import ChatCompletionChunk, ToolCallDelta, item_id
 from gateway.protocol.messages import anthropic_status, error_body
 from gateway.protocol.messages_codec import message_usage, stop_reason
 from gateway.protocol.translate import ChunkTranslator, sse
@@ -30,7 +30,7 @@ class MessageEvents(ChunkTranslator):
 
     def __init__(self, chunks: AsyncIterator[ChatCompletionChunk], model: str) -> None:
         super().__init__(chunks)
-        self._id = new_id("msg")
+        self._id = item_id("msg")
         self._model = model
         self._block = -1  # index of the open content block, -1 when none is open
         self._open: str | None = None  # "text", or the chat tool index of the open tool_use
@@ -95,7 +95,7 @@ class MessageEvents(ChunkTranslator):
         if self._open != key:
             block = {
                 "type": "tool_use",
-                "id": piece.id or new_id("toolu"),
+                "id": piece.id or item_id("toolu"),
                 "name": function.get("name", ""),
                 "input": {},
             }

@@ -18,7 +18,8 @@ answer says so (``x-shunter-dropped``). What maps (:func:`to_chat`):
   ``tool_result`` → ``tool`` messages (before the rest of their user turn, as Anthropic
   orders them; ``is_error`` results prefixed ``Error:``), the images and files in one → a user
   message right after the tool messages (chat's tool messages carry text only);
-  ``thinking`` / ``redacted_thinking`` → omitted (chat takes no reasoning back);
+  ``thinking`` / ``redacted_thinking`` → left out and reported (chat takes no reasoning
+  back);
 * ``tools`` (``input_schema`` → ``parameters``); server tools (a ``type`` such as
   ``web_search_20250305``) are refused by name, or dropped under ``server_tools``;
   ``tool_choice``, ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``,
@@ -35,13 +36,14 @@ are in :mod:`gateway.apis.anthropic.answer`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from gateway.apis.anthropic.cache_key import prompt_cache_key
+from gateway.apis.anthropic.fields import messages_fields
 from gateway.apis.anthropic.names import (
     PART,
     TOOL_RESULT,
@@ -53,6 +55,7 @@ from gateway.apis.anthropic.names import (
     system_origin,
     turn_origin,
 )
+from gateway.apis.anthropic.native import signed_only
 from gateway.apis.anthropic.parts import block_part, summary, unmapped_extras
 from gateway.apis.anthropic.turns import AssistantTurn, hosted_block
 from gateway.errors import InvalidRequestError
@@ -60,6 +63,7 @@ from gateway.hosted.run import HostedRun
 from gateway.protocol import ChatCompletionRequest, ChatMessage, Usage
 from gateway.protocol.chat import ContentPart, FunctionCall, ToolCall
 from gateway.protocol.fieldnames import FieldNames, Origin, Site
+from gateway.protocol.fieldrules import Place
 from gateway.protocol.messages import Block, MessageParam, MessagesRequest
 from gateway.protocol.messages_codec import (
     chat_tool,
@@ -67,6 +71,7 @@ from gateway.protocol.messages_codec import (
     reasoning_effort,
     tool_arguments,
 )
+from gateway.protocol.parts import joined
 from gateway.protocol.rawbody import RawBody
 from gateway.protocol.validation import request_error
 
@@ -162,14 +167,23 @@ class MessagesCall:
     def translated(self, drops: frozenset[str], *, files: bool = False) -> Translated:
         """The chat request for a deployment that drops ``drops`` (and reads ``file``
         parts, when ``files``), what it dropped and its field names (a 400 naming the
-        field it can neither map nor drop)."""
-        return translate(self.body, drops=drops, files=files, sent=self.sent)
+        field it can neither map nor drop; the client's beta flags, which only
+        Anthropic's API reads, among what it dropped)."""
+        done = translate(self.body, drops=drops, files=files, sent=self.sent)
+        rules = messages_fields()
+        betas = [name for name in self.headers if rules.dropped("header", name)]
+        if not betas:
+            return done
+        return Translated(done.chat, sorted({*done.dropped, *betas}), done.names)
 
     def native(self, *, count: bool = False) -> bytes:
         """The body a Messages upstream gets: as sent, ``model`` set by the backend (a
         token count goes without ``max_tokens``, which that endpoint refuses)."""
         drop = ("max_tokens", "stream") if count else ()
-        return self.raw.spliced({}, drop) if drop else self.raw.text.encode("utf-8")
+        changes = signed_only(self.raw.data.get("messages"))
+        if drop or changes:
+            return self.raw.spliced(changes, drop)
+        return self.raw.text.encode("utf-8")
 
 
 def to_chat(
@@ -223,6 +237,7 @@ class _Translation:
         self.sent = sent
         self.tool_sites: list[Site] = []
         self.names = message_names(sent, [], [])
+        self.rules = messages_fields()
 
     def drop(self, name: str, param: str, why: str) -> None:
         """Drop ``name`` where the rules allow it, else refuse it (a 400 naming ``param``)."""
@@ -268,10 +283,20 @@ class _Translation:
         return ChatCompletionRequest(**fields)
 
     def _extra(self, name: str) -> None:
+        self._classified("request", name, name)
+
+    def _classified(self, place: Place, name: str, param: str) -> None:
+        """A field chat has no place for, as the Messages table classifies it: a cache
+        hint becomes the cache key, delivery is dropped and reported, the rest is refused
+        unless the deployment drops it."""
         if name == "cache_control":
             self.cached = True
-        else:
-            self.drop(name, name, "this field has no chat equivalent")
+            return
+        fate = self.rules.fate(place, name)
+        if fate == "dropped":
+            self.dropped.add(name)
+        elif fate != "unused":
+            self.drop(name, param, "this field has no chat equivalent")
 
     def _system(self) -> list[Said]:
         system = self.body.system
@@ -281,14 +306,16 @@ class _Translation:
         text = self.body.system_text()
         return [(ChatMessage(role="system", content=text), system_origin())] if text else []
 
-    def _block_extras(self, extra: dict[str, Any] | None, param: str) -> None:
+    def _block_extras(
+        self, extra: dict[str, Any] | None, param: str, place: Place = "block"
+    ) -> None:
         for name, value in (extra or {}).items():
-            if value is None or _says_nothing(name, value):
+            if value is None:
                 continue
-            if name == "cache_control":
-                self.cached = True
-            else:
+            if name == "caller" and not _direct(value):  # a program's call: it means more
                 self.drop(name, f"{param}.{name}", "this field has no chat equivalent")
+            else:
+                self._classified(place, name, f"{param}.{name}")
 
     # --- turns ---------------------------------------------------------------------------
 
@@ -305,6 +332,7 @@ class _Translation:
         for j, block in enumerate(content):
             param = f"messages[{i}].content[{j}]"
             if block.type in _SKIPPED_BLOCKS:
+                self.dropped.add(block.type)  # reasoning: chat takes none back
                 continue
             self._block_extras(unmapped_extras(block), param)
             if block.type == "tool_result" and message.role == "user":
@@ -345,6 +373,7 @@ class _Translation:
         for j, block in enumerate(content):
             param = f"messages[{i}].content[{j}]"
             if block.type in _SKIPPED_BLOCKS:
+                self.dropped.add(block.type)  # reasoning: chat takes none back
                 continue
             if block.type in ("mcp_tool_use", "mcp_tool_result"):
                 said.extend(hosted_block(block, param, turn))
@@ -381,7 +410,7 @@ class _Translation:
                     attached.append((part, Site(f"{param}.content[{k}]", PART)))
                 elif part is not None:
                     texts.append(part.text or "")
-        text = "".join(texts)
+        text = joined(texts)
         if block.is_error:
             text = f"Error: {text}"
         tool = ChatMessage(role="tool", tool_call_id=block.tool_use_id, content=text)
@@ -399,7 +428,7 @@ class _Translation:
                 why = f"'{tool.type}' is a server tool, which only Anthropic's own API runs"
                 self.drop("server_tools", f"tools[{k}].type", why)
                 continue
-            self._block_extras(tool.model_extra, f"tools[{k}]")
+            self._block_extras(tool.model_extra, f"tools[{k}]", "tool")
             tools.append(chat_tool(tool.name, tool.description, tool.input_schema))
             self.tool_sites.append(sites.site(tool))
         if tools:
@@ -427,15 +456,6 @@ class _Translation:
         return out
 
 
-def prompt_cache_key(first: ChatMessage, tools: list[dict[str, Any]] | None) -> str:
-    """The chat ``prompt_cache_key`` for a request with cache breakpoints: a digest of
-    what such clients keep the same from turn to turn (the first message and the tools),
-    so that an upstream that routes by the key (OpenAI's) finds the cached prefix."""
-    digest = hashlib.sha256(first.model_dump_json().encode())
-    digest.update(json.dumps(tools or [], sort_keys=True).encode())
-    return f"shunter-{digest.hexdigest()[:32]}"
-
-
 def _bare(body: MessagesRequest) -> ChatCompletionRequest:
     """A request that even a lenient translation cannot read, as one user message of its
     JSON: enough for routing to weigh it."""
@@ -444,17 +464,15 @@ def _bare(body: MessagesRequest) -> ChatCompletionRequest:
     return ChatCompletionRequest(model=body.model, messages=[message], max_tokens=body.max_tokens)
 
 
-def _says_nothing(name: str, value: Any) -> bool:
-    """Block fields that tell a chat upstream nothing: citations asked of a text block,
-    a thinking block's signature, a tool call made by the model itself."""
-    if name == "caller":
-        return isinstance(value, dict) and value.get("type") == "direct"
-    return name in ("citations", "signature")
+def _direct(caller: Any) -> bool:
+    """A ``caller`` that says the model made the call itself (nothing for chat to know);
+    any other caller (a tool's program) changes what the call means."""
+    return isinstance(caller, dict) and caller.get("type") == "direct"
 
 
 def _message(role: str, parts: list[ContentPart]) -> ChatMessage:
     if all(p.type == "text" for p in parts):
-        return ChatMessage(role=role, content="".join(p.text or "" for p in parts))  # type: ignore[arg-type]
+        return ChatMessage(role=role, content=joined([p.text or "" for p in parts]))  # type: ignore[arg-type]
     return ChatMessage(role=role, content=parts)  # type: ignore[arg-type]
 
 

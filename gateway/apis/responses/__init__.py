@@ -1,6 +1,6 @@
 """OpenAI's Responses API: ``/v1/responses`` over HTTP and over a WebSocket, its compaction,
-its stored responses and their input items, and the Conversations API that responses
-continue.
+its input token count, its stored responses and their input items, and the Conversations
+API that responses continue.
 
 A request is translated to the gateway's chat request (:mod:`~.translation`, its input
 items in :mod:`~.input`, its tools in :mod:`~.tools`), so every deployment serves it; the
@@ -15,6 +15,7 @@ from gateway.apis.contract import Api, KeySources, Operation, openai_error
 from gateway.apis.responses import conversation_routes as conversations
 from gateway.apis.responses.codec import ResponsesCodec
 from gateway.apis.responses.compact import CompactCodec
+from gateway.apis.responses.input_tokens import input_tokens
 from gateway.apis.responses.socket import ResponsesSocket
 from gateway.apis.responses.state import ResponsesState
 from gateway.apis.responses.stored import (
@@ -34,6 +35,7 @@ def api() -> Api:
         operations=(
             Operation("responses", "/v1/responses", codec=ResponsesCodec(), socket=ResponsesSocket),
             Operation("responses", "/v1/responses/compact", codec=CompactCodec()),
+            Operation("responses.input_tokens", "/v1/responses/input_tokens", handler=input_tokens),
             Operation("responses.retrieve", _ONE, ("GET",), handler=retrieve_response),
             Operation("responses.delete", _ONE, ("DELETE",), handler=delete_response),
             Operation(

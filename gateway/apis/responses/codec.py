@@ -108,7 +108,9 @@ async def prepare(exchange: Exchange, call: ResponsesCall) -> None:
         items = [InputItem.model_validate(item) for item in held["items"]]
         call.history = dump_messages(input_messages(items, call.tools))
     chat_body = await hosted_tools.prepare(call, hosted, key, call.response_id)
-    call.chat, call.turn, call.names = to_chat(chat_body, call.history, call.tools)
+    call.chat, call.turn, call.names = to_chat(
+        chat_body, call.history, call.tools, empty_ok=not call.generate
+    )
 
 
 def decoded_of(call: ResponsesCall) -> Decoded:

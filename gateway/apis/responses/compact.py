@@ -5,8 +5,10 @@ The request is a Responses request (``model``, ``input``, ``instructions``,
 summary of it; the answer is a ``response.compaction`` object whose ``output`` keeps the
 input's user messages and ends with one ``compaction`` item carrying that summary
 (:mod:`gateway.apis.responses.compaction`). Sending that ``output`` as the next request's
-input continues the conversation from the summary. Nothing is stored; it runs on the same
-request path as any response (keys, limits, routing, billing).
+input continues the conversation from the summary. ``previous_response_id`` alone
+compacts the stored conversation; with neither, the empty input is refused. Nothing is
+stored; it runs on the same request path as any response (keys, limits, routing,
+billing).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from gateway.apis.responses.codec import decoded_of, prepare, read
 from gateway.apis.responses.compaction import encode_summary
 from gateway.apis.responses.history import new_items
 from gateway.apis.responses.translation import ResponsesCall, response_usage
-from gateway.protocol import ChatCompletion, new_id
+from gateway.errors import InvalidRequestError
+from gateway.protocol import ChatCompletion, item_id
 from gateway.protocol.responses import InputItem
 
 _SUMMARIZE = (
@@ -36,6 +39,8 @@ class CompactCodec:
         call = read(exchange.body)
         body = call.body
         given = body.input
+        if not given and body.previous_response_id is None:  # nothing to compact
+            raise InvalidRequestError("The input is empty.", param="input")
         items = [InputItem(role="user", content=given)] if isinstance(given, str) else given
         asked = [*items, InputItem(role="user", content=_SUMMARIZE)]
         update = {"input": asked, "stream": False, "store": False}
@@ -54,14 +59,19 @@ def compaction(call: ResponsesCall, answer: ChatCompletion) -> bytes:
     summary = answer.choices[0].message.content or ""
     given = call.body.input
     assert not isinstance(given, str), "decode made the input a list"
+    stored = [  # the user's turns of a stored conversation (previous_response_id) first
+        InputItem(role="user", content=message["content"])
+        for message in call.history
+        if message.get("role") == "user" and isinstance(message.get("content"), str)
+    ]
     kept = [
         item
-        for item in new_items(given[:-1])
+        for item in new_items([*stored, *given[:-1]])
         if item["type"] == "message" and item.get("role") == "user"
     ]
     compacted = {
         "type": "compaction",
-        "id": new_id("cmp"),
+        "id": item_id("cmp"),
         "encrypted_content": encode_summary(summary),
     }
     resource = {

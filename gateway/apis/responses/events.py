@@ -31,7 +31,7 @@ from gateway.apis.responses.translation import (
     tool_call_item,
 )
 from gateway.errors import GatewayError
-from gateway.protocol import ChatCompletionChunk, ToolCallDelta, new_id
+from gateway.protocol import ChatCompletionChunk, ToolCallDelta, item_id
 from gateway.protocol.responses import (
     CustomToolCallItem,
     FunctionCallItem,
@@ -53,14 +53,14 @@ _EMPTY_TEXT = {"type": "output_text", "text": "", "annotations": [], "logprobs":
 @dataclass
 class _Text:
     index: int
-    id: str = field(default_factory=lambda: new_id("msg"))
+    id: str = field(default_factory=lambda: item_id("msg"))
     parts: list[str] = field(default_factory=list)
 
 
 @dataclass
 class _Reasoning:
     index: int
-    id: str = field(default_factory=lambda: new_id("rs"))
+    id: str = field(default_factory=lambda: item_id("rs"))
     parts: list[str] = field(default_factory=list)
 
 
@@ -69,7 +69,7 @@ class _Call:
     index: int
     call_id: str
     name: str
-    id: str = field(default_factory=lambda: new_id("fc"))
+    id: str = field(default_factory=lambda: item_id("fc"))
     arguments: list[str] = field(default_factory=list)
 
 
@@ -281,10 +281,10 @@ class ResponseEvents(ChunkTranslator):
             frames.extend(self._close_text())
             frames.extend(self._close_calls())
             index = len(self._output)
-            call_id = piece.id or new_id("call")
+            call_id = piece.id or item_id("call")
             call = self._calls[piece.index] = _Call(index, call_id, function.get("name", ""))
             custom = self._call.tools.of(call.name).custom
-            call.id = new_id("ctc") if custom else call.id
+            call.id = item_id("ctc") if custom else call.id
             item = self._call_item(call, "in_progress").model_dump(mode="json")
             frames.append(self._event("response.output_item.added", output_index=index, item=item))
         arguments = function.get("arguments")

@@ -104,6 +104,7 @@ async def prepare(
     await toolset.list()
     call.listed = [_listing(s) for s in toolset.servers if s.listed]
     call.hosted = HostedRun(toolset, "per_call", _approved(body.input, call.earlier))
+    call.tools.gateway_runs = True
     for function in toolset.functions():
         name = function["function"]["name"]
         call.tools.chat.append(function)

@@ -20,9 +20,11 @@ from gateway.errors import InvalidRequestError
 from gateway.protocol import ChatMessage
 from gateway.protocol.chat import ContentPart, FunctionCall, ImageURL, ToolCall
 from gateway.protocol.fieldnames import Origin
+from gateway.protocol.parts import joined
 from gateway.protocol.responses import InputItem, InputPart
 
-# items that carry nothing a chat model can use
+# items that become no chat message: their tools join the request's (additional_tools),
+# or the table of :mod:`~.fields` says what becomes of them
 _SKIPPED_ITEMS = (
     "reasoning",
     "additional_tools",
@@ -30,15 +32,21 @@ _SKIPPED_ITEMS = (
     "mcp_approval_request",
     "mcp_approval_response",
 )
+_MCP_ITEMS = ("mcp_list_tools", "mcp_approval_request", "mcp_approval_response")
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def input_messages(
     given: str | list[InputItem],
     tools: ToolMap | None = None,
     origins: list[Origin] | None = None,
+    *,
+    report: bool = False,
 ) -> list[ChatMessage]:
     """The chat messages of ``input`` (``tools``: how tool names reach the upstream);
-    where each came from is added to ``origins``, when given."""
+    where each came from is added to ``origins``, when given. ``report``: items chat takes
+    no part of are named in ``tools.dropped``, or refused by name (a request's own input;
+    a stored conversation's items were read so once already)."""
     noted = origins if origins is not None else []
     if isinstance(given, str):
         noted.append(field_origin("input"))
@@ -47,11 +55,13 @@ def input_messages(
     messages: list[ChatMessage] = []
     for i, item in enumerate(given):
         before = len(messages)
+        if report and item.type in _SKIPPED_ITEMS:
+            _left_out(item, i, tools)
         if item.type == "message":
             messages.append(_message(item, i))
         elif item.type in ("function_call", "custom_tool_call"):
             _tool_call(messages, item, i, tools)
-        elif item.type in ("function_call_output", "custom_tool_call_output"):
+        elif item.type in _OUTPUTS:
             messages.append(_tool_output(item, i))
         elif item.type == "mcp_call":
             messages.extend(mcp_call_messages(item, i))
@@ -67,6 +77,41 @@ def input_messages(
         elif item.type in ("function_call", "custom_tool_call") and noted:
             noted[-1].calls.append(call_site(item, i))  # one more call of the message before
     return messages
+
+
+def refuse_orphan_outputs(given: str | list[InputItem], messages: list[ChatMessage]) -> None:
+    """A 400 naming the first tool output in ``given`` whose ``call_id`` no call among
+    ``messages`` (the conversation so far and this input) made: no upstream takes a tool
+    message without its call, and OpenAI refuses it in the same words."""
+    if isinstance(given, str):
+        return
+    called = {call.id for message in messages for call in message.tool_calls or ()}
+    for i, item in enumerate(given):
+        if item.type in _OUTPUTS and item.call_id and item.call_id not in called:
+            raise InvalidRequestError(
+                f"No tool call found for function call output with call_id {item.call_id}.",
+                param=f"input[{i}].call_id",
+            )
+
+
+def _left_out(item: InputItem, i: int, tools: ToolMap) -> None:
+    """An item that becomes no chat message, as the Responses table classifies it: the
+    reasoning of an earlier turn is reported (chat takes none back); the items of hosted
+    MCP tools are the gateway's to read when it runs them, else they go as the request's
+    hosted tools go (dropped and reported, or refused by name)."""
+    name = item.type
+    if name == "reasoning":
+        tools.left_out(name)
+    elif name not in _MCP_ITEMS or tools.gateway_runs:
+        return  # additional_tools (its tools are the request's), or the gateway's to read
+    elif tools.hosted == "drop":
+        tools.left_out(name)
+    else:
+        raise InvalidRequestError(
+            f"Input items of type '{name}' belong to an mcp tool, and this request has "
+            "none the gateway runs.",
+            param=f"input[{i}].type",
+        )
 
 
 def _tool_output(item: InputItem, i: int) -> ChatMessage:
@@ -92,7 +137,9 @@ def _message(item: InputItem, i: int) -> ChatMessage:
     parts = [_part(part, i, j) for j, part in enumerate(content)]
     if item.role != "user" or all(part.type == "text" for part in parts):
         # only a user turn may carry images; other roles are plain text
-        return ChatMessage(role=item.role, content="".join(p.text or "" for p in parts))
+        texts = [p.text or "" for p in parts]
+        text = "".join(texts) if item.role == "assistant" else joined(texts)
+        return ChatMessage(role=item.role, content=text)
     return ChatMessage(role=item.role, content=parts)
 
 
@@ -137,7 +184,7 @@ def _extras(part: InputPart, *names: str) -> dict[str, Any]:
 
 
 def _parts_text(parts: list[InputPart]) -> str:
-    return "".join(part.text or "" for part in parts)
+    return joined([part.text or "" for part in parts])
 
 
 def _tool_call(messages: list[ChatMessage], item: InputItem, i: int, tools: ToolMap) -> None:

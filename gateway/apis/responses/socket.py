@@ -12,7 +12,9 @@ Continuation: the socket keeps the conversation of its most recent response, so 
 that is in neither is an ``error`` message with the code ``previous_response_not_found``
 (the client then sends its whole input again, without the id). ``generate: false``
 prepares a turn without running the model: its response has no output, and the next
-turn can continue from it. Errors are ``{"type": "error", "status", "error": {type,
+turn can continue from it; its input may be empty (Codex's warm-up, ``input: []``, as
+OpenAI answers it: nothing goes upstream). A ``generate`` that is not a boolean is
+refused by name. Errors are ``{"type": "error", "status", "error": {type,
 code, message, param}}`` messages, after which the socket stays open;
 ``response.processed`` acknowledgements need no answer. A turn's ``stream_id`` is said
 again on each of its events.
@@ -66,6 +68,7 @@ class ResponsesSocket:
         body = {k: v for k, v in payload.items() if k not in _ENVELOPE}
         exchange.facts["model"] = str(body.get("model"))[:256]
         call = read(orjson.dumps({**body, "stream": True}))
+        call.generate = generate  # a warm-up (no input) runs nothing and is answered
         previous = call.body.previous_response_id
         if previous is not None and previous == self._last_id:
             call.history, call.resumed = self._last_messages, True

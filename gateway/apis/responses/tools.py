@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.apis.responses.fields import responses_fields
 from gateway.errors import InvalidRequestError
 from gateway.protocol.responses import FunctionTool, InputItem
 
@@ -48,11 +49,21 @@ class ToolName:
 @dataclass
 class ToolMap:
     """The request's tools for the upstream (``chat``) and what each flat name means;
-    ``dropped``: the hosted tools left out, as ``tools[i]=type``."""
+    ``dropped``: the hosted tools left out, as ``tools[i]=type``, and the delivery fields
+    of the others (``defer_loading``)."""
 
     chat: list[dict[str, Any]] = field(default_factory=list)
     names: dict[str, ToolName] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
+    hosted: HostedTools = "drop"
+    """What becomes of tools (and their items) only OpenAI runs: the model's setting."""
+    gateway_runs: bool = False
+    """The gateway runs hosted tools of this request (it reads their input items)."""
+
+    def left_out(self, name: str) -> None:
+        """Report ``name`` among what the translation left out (once)."""
+        if name not in self.dropped:
+            self.dropped.append(name)
 
     def flat(self, name: str, namespace: str | None) -> str:
         """The upstream name of ``name`` in ``namespace``."""
@@ -71,7 +82,7 @@ def tool_map(
 ) -> ToolMap:
     """The tools of ``tools`` and of ``additional_tools`` items in ``given``; those of a
     type in ``served`` are left out (the gateway runs them itself)."""
-    mapped = ToolMap()
+    mapped = ToolMap(hosted=hosted)
     for i, tool in enumerate(tools or ()):
         if tool.type not in served:
             _add(mapped, tool, f"tools[{i}]", hosted, None)
@@ -112,6 +123,9 @@ def _add(
         for j, inner in enumerate(tool.tools or ()):
             _add(mapped, inner, f"{where}.tools[{j}]", hosted, tool.name)
         return
+    for name in tool.model_extra or ():
+        if responses_fields().dropped("tool", name):
+            mapped.left_out(name)  # delivery only: left out, said in the header
     flat = mapped.flat(tool.name, namespace)
     custom = tool.type == "custom"
     mapped.names[flat] = ToolName(tool.name, namespace, custom, where)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.apis.responses.conversations import ConversationStore
-from gateway.apis.responses.input import input_messages
+from gateway.apis.responses.input import input_messages, refuse_orphan_outputs
 from gateway.apis.responses.names import (
     field_origin,
     response_names,
@@ -100,6 +100,9 @@ class ResponsesCall:
     hosted tools."""
     stopped: str | None = None
     """Why the gateway ended the response early (``max_tool_calls``), if it did."""
+    generate: bool = True
+    """False for a turn prepared without the model (a WebSocket's ``generate: false``,
+    Codex's warm-up): its input may be empty."""
 
     @property
     def model(self) -> str:
@@ -130,11 +133,16 @@ _EXTRAS = ("seed", "stop", "top_k")
 
 
 def to_chat(
-    body: ResponsesRequest, history: list[dict[str, Any]], tools: ToolMap
+    body: ResponsesRequest,
+    history: list[dict[str, Any]],
+    tools: ToolMap,
+    *,
+    empty_ok: bool = False,
 ) -> tuple[ChatCompletionRequest, list[ChatMessage], FieldNames]:
     """The chat request for a Responses request after ``history`` (stored chat messages),
     the chat messages of this turn's input, and the chat request's field names as the
-    Responses request names them; ``tools``: the request's, mapped."""
+    Responses request names them; ``tools``: the request's, mapped (``empty_ok``: a turn
+    that runs no model may have no messages)."""
     names = response_names()
     messages: list[ChatMessage] = []
     if body.instructions:
@@ -143,10 +151,14 @@ def to_chat(
     messages.extend(ChatMessage.model_validate(m) for m in history)
     stored = "previous_response_id" if body.previous_response_id else "conversation"
     names.messages.extend(field_origin(stored) for _ in history)
-    turn = input_messages(body.input, tools, names.messages)
+    turn = input_messages(body.input, tools, names.messages, report=True)
     messages.extend(turn)
+    refuse_orphan_outputs(body.input, messages)
     if not messages:
-        raise InvalidRequestError("The input is empty.", param="input")
+        if not empty_ok:
+            raise InvalidRequestError("The input is empty.", param="input")
+        # never sent: only a chat request's shape for the spine (no message is stored)
+        messages = [ChatMessage(role="user", content="")]
     fields: dict[str, Any] = {
         "model": body.model,
         "messages": messages,

@@ -204,10 +204,12 @@ class Gateway:
     def route(self, model: str) -> ModelRoute:
         route = self.config.models.get(model)
         if route is None:
-            raise ModelNotFoundError(
+            missing = ModelNotFoundError(
                 f"The model '{model}' does not exist or you do not have access to it.",
                 param="model",
             )
+            missing.served = tuple(self.config.models)
+            raise missing
         return route
 
     def decide(self, model: str, request: RequestFacts | None = None) -> Routing:

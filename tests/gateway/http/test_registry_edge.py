@@ -35,6 +35,7 @@ SAMPLES: dict[str, Any] = {
     "embeddings": {"model": "agent", "input": "hi"},
     "models": None,
     "responses": {"model": "agent", "input": "hi", "store": False},
+    "responses.input_tokens": {"model": "agent", "input": "hi"},
     "responses.retrieve": None,
     "responses.delete": None,
     "responses.input_items": None,

@@ -191,7 +191,8 @@ def test_claude_codes_first_request_is_translated_and_says_what_it_dropped(
     answer = post(http, FIRST)
     assert answer.status_code == 200, answer.text
     assert answer.json()["content"][0]["type"] == "text"
-    assert answer.headers["x-shunter-dropped"] == "context_management,metadata"
+    dropped = "anthropic-beta,context_management,metadata"  # the betas: delivery only
+    assert answer.headers["x-shunter-dropped"] == dropped
     sent = openai_up.last().body
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "system", "user"]
     assert sent["messages"][2]["content"] == "Today is Friday."

@@ -126,7 +126,7 @@ def test_a_text_document_is_text_and_cache_hints_become_a_cache_key() -> None:
         {"role": "user", "content": [doc, {"type": "text", "text": "?", "cache_control": hint}]}
     ]
     chat, dropped = to_chat(request(messages=messages))
-    assert chat.messages[0].content == "notes?" and dropped == []
+    assert chat.messages[0].content == "notes\n\n?" and dropped == []  # two paragraphs
     again, _ = to_chat(request(messages=[*messages, {"role": "assistant", "content": "x"}]))
     assert chat.prompt_cache_key is not None and chat.prompt_cache_key == again.prompt_cache_key
 

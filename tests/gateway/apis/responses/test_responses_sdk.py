@@ -184,10 +184,8 @@ def test_a_conversation_continues_from_the_stored_response(alice: OpenAI) -> Non
     )
     assert second.previous_response_id == first.id
     assert second.usage is not None
-    alone = alice.responses.create(
-        model="tiny",
-        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny"}],
-        max_output_tokens=4,
+    alone = alice.responses.create(  # (an output without its call is refused, as OpenAI does)
+        model="tiny", input=[{"role": "user", "content": "Sunny"}], max_output_tokens=4
     )
     # the continued prompt also holds the first turn: its question and the model's call
     assert alone.usage is not None and alone.usage.input_tokens + 10 < second.usage.input_tokens

@@ -49,6 +49,18 @@ CASES: dict[str, dict[str, Any]] = {
         "temperature": 0,
         "max_output_tokens": 100,
     },
+    "schema": {
+        "input": "json please",
+        "text": {
+            "format": {
+                "type": "json_schema",
+                "name": "answer",
+                "schema": {"type": "object", "properties": {"a": {"type": "string"}}},
+            }
+        },
+        "temperature": 0,
+        "max_output_tokens": 6,
+    },
     "json": {
         "input": "json please",
         "text": {"format": {"type": "json_object"}},
@@ -113,15 +125,23 @@ def events(text: str) -> list[tuple[str, Any]]:
 
 
 # keys OpenAI's own answers write as null, and the Open Responses schema requires, though
-# OpenAI's published schema leaves their null out: ``usage`` while a response runs, ``user``
+# OpenAI's published schema leaves their null out: ``usage`` while a response runs, ``user``,
+# and a ``json_schema`` format's ``description`` (docs/agent-clients.md says so)
 _NULL_IN_PRACTICE = ("usage", "user")
 
 
 def _as_published(response: dict[str, Any]) -> dict[str, Any]:
     """A response object with the keys of :data:`_NULL_IN_PRACTICE` (present) left out
-    where null."""
+    where null, and so a ``json_schema`` format's ``description`` (written, null)."""
     assert all(key in response for key in _NULL_IN_PRACTICE)
-    return {k: v for k, v in response.items() if k not in _NULL_IN_PRACTICE or v is not None}
+    published = {k: v for k, v in response.items() if k not in _NULL_IN_PRACTICE or v is not None}
+    form = (response.get("text") or {}).get("format") or {}
+    if form.get("type") == "json_schema":
+        assert "description" in form  # as OpenAI writes it
+        if form["description"] is None:
+            form = {k: v for k, v in form.items() if k != "description"}
+            published["text"] = {**response["text"], "format": form}
+    return published
 
 
 def response_violations(response: dict[str, Any]) -> list[str]:

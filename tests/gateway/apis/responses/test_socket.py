@@ -152,6 +152,43 @@ def test_generate_false_prepares_a_turn_without_the_model(
     assert _messages(upstream.bodies[0]) == [("user", "Context."), ("user", "Go")]
 
 
+def test_codexs_warm_up_is_answered_with_an_empty_response(
+    sdk: OpenAI, upstream: ScriptedUpstream
+) -> None:
+    with sdk.responses.connect() as connection:
+        warm = _turn(connection, model="agent", input=[], generate=False)
+        assert warm[-1].type == "response.completed", warm[-1]
+        assert warm[-1].response.output == []
+        assert upstream.bodies == []  # nothing went upstream
+        _turn(connection, model="agent", input="Go", previous_response_id=warm[-1].response.id)
+    assert _messages(upstream.bodies[0]) == [("user", "Go")]
+
+
+def test_a_generate_that_is_no_boolean_is_refused_by_name(server: Server) -> None:
+    url = server.api.replace("http://", "ws://") + "/responses"
+    create = {"type": "response.create", "model": "agent", "input": "Hi", "generate": "no"}
+    with websockets.sync.client.connect(url) as socket:
+        socket.send(json.dumps(create))
+        said = json.loads(socket.recv(timeout=30))
+    assert said["type"] == "error" and said["status"] == 400
+    assert said["error"]["param"] == "generate"
+
+
+def test_an_orphan_tool_output_is_refused_on_the_socket(
+    server: Server, upstream: ScriptedUpstream
+) -> None:
+    url = server.api.replace("http://", "ws://") + "/responses"
+    output = {"type": "function_call_output", "call_id": "call_nowhere", "output": "done"}
+    create = {"type": "response.create", "model": "agent", "input": [output]}
+    before = len(upstream.bodies)
+    with websockets.sync.client.connect(url) as socket:
+        socket.send(json.dumps(create))
+        said = json.loads(socket.recv(timeout=30))
+    assert said["type"] == "error" and said["status"] == 400
+    assert said["error"]["param"] == "input[0].call_id"
+    assert len(upstream.bodies) == before
+
+
 def test_each_event_names_the_turns_stream_id(server: Server) -> None:
     url = server.api.replace("http://", "ws://") + "/responses"
     create = {"type": "response.create", "model": "agent", "input": "Hi", "stream_id": "lane-1"}
