@@ -1,6 +1,6 @@
 """A gateway loads what its config uses: in front of upstream APIs alone, no engine, no
-numerical library, no model-file writer and (no MCP server configured) no MCP library is
-imported."""
+numerical library, no model-file writer, no template engine (until the status page or a
+local model needs one) and (no MCP server configured) no MCP library is imported."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ loaded = preflight(Path(sys.argv[1]))
 gateway = Gateway.from_config(loaded.config)
 create_app(AppSettings(config=loaded.config, state=StateSettings()), gateway)
 _parser()
-heavy = ("llama_cpp", "numpy", "gguf", "vllm", "torch", "mcp", "mcp_types")
+heavy = ("llama_cpp", "numpy", "gguf", "vllm", "torch", "mcp", "mcp_types", "jinja2")
 print(json.dumps(sorted(name for name in heavy if name in sys.modules)))
 """
 
