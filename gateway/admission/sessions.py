@@ -135,21 +135,32 @@ def _given(key_id: str, source: str, value: str) -> SessionId:
     return SessionId(key_id, _digest(key_id, "given", value), value[:LABEL_CHARS], source)
 
 
-def _json_list(parts: list[str]) -> bytes:
+def _json_list(parts: list[str]) -> list[bytes]:
     """``json.dumps(parts, ensure_ascii=False)`` in UTF-8, byte for byte (a conversation
-    keeps its derived id across versions), written by orjson: a 1 MB first message cost
-    4 ms in the standard library's encoder."""
+    keeps its derived id across versions), in pieces written by orjson: a 1 MB first
+    message cost 4 ms in the standard library's encoder, and the pieces are hashed as
+    they are, never joined."""
     try:
-        return b"[" + b", ".join(orjson.dumps(part) for part in parts) + b"]"
+        pieces = [b"["]
+        for part in parts:
+            pieces += (orjson.dumps(part), b", ")
+        if parts:
+            pieces.pop()  # the last separator
+        pieces.append(b"]")
+        return pieces
     except orjson.JSONEncodeError:  # a lone surrogate, which orjson refuses
-        return json.dumps(parts, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return [json.dumps(parts, ensure_ascii=False).encode("utf-8", "surrogatepass")]
 
 
-def _digest(key_id: str, kind: str, value: str | bytes) -> str:
+def _digest(key_id: str, kind: str, value: str | list[bytes]) -> str:
     """The first 32 hex digits of SHA-256 over ``key_id``, ``kind`` and ``value``, NUL apart
-    (``value`` given as bytes is its UTF-8 already: a long one is not copied again)."""
+    (``value`` given as pieces of its UTF-8: fed as they are)."""
     hasher = hashlib.sha256(f"{key_id}\0{kind}\0".encode("utf-8", "surrogatepass"))
-    hasher.update(value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, str):
+        hasher.update(value.encode("utf-8", "surrogatepass"))
+    else:
+        for piece in value:
+            hasher.update(piece)
     return hasher.hexdigest()[:32]
 
 
