@@ -1,6 +1,7 @@
 """A gateway loads what its config uses: in front of upstream APIs alone, no engine, no
 numerical library, no model-file writer, no template engine (until the status page or a
-local model needs one) and (no MCP server configured) no MCP library is imported."""
+local model needs one), no tracing SDK (no span exporter configured) and (no MCP server
+configured) no MCP library is imported."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ gateway = Gateway.from_config(loaded.config)
 create_app(AppSettings(config=loaded.config, state=StateSettings()), gateway)
 _parser()
 heavy = ("llama_cpp", "numpy", "gguf", "vllm", "torch", "mcp", "mcp_types", "jinja2")
+heavy += ("opentelemetry.sdk",)
 print(json.dumps(sorted(name for name in heavy if name in sys.modules)))
 """
 
