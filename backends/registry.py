@@ -16,7 +16,7 @@ from pydantic import Field
 from backends.anthropic import AnthropicBackend, AnthropicSettings
 from backends.base import Backend
 from backends.gemini import GeminiBackend, GeminiSettings
-from backends.llamacpp import LlamaCppBackend, LlamaCppSettings
+from backends.llamacpp import LlamaCppSettings
 from backends.openai import OpenAICompatBackend, OpenAICompatSettings
 from backends.vllm import VLLMBackend, VLLMSettings
 
@@ -25,9 +25,16 @@ DeploymentConfig = Annotated[
     Field(discriminator="backend"),
 ]
 
+
+def _llamacpp(settings: LlamaCppSettings) -> Backend:
+    from backends.llamacpp.backend import LlamaCppBackend  # the engine's modules, when used
+
+    return LlamaCppBackend(settings)
+
+
 _BACKENDS: Mapping[str, Callable[[Any], Backend]] = MappingProxyType(
     {
-        "llamacpp": LlamaCppBackend,
+        "llamacpp": _llamacpp,
         "openai": OpenAICompatBackend,
         "anthropic": AnthropicBackend,
         "gemini": GeminiBackend,

@@ -1,5 +1,7 @@
 """A gateway loads what its config uses: in front of upstream APIs alone, no engine, no
-numerical library and no model-file writer is imported."""
+numerical library, no model-file writer, no template engine (until the status page or a
+local model needs one), no tracing SDK (no span exporter configured) and (no MCP server
+configured) no MCP library is imported."""
 
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ loaded = preflight(Path(sys.argv[1]))
 gateway = Gateway.from_config(loaded.config)
 create_app(AppSettings(config=loaded.config, state=StateSettings()), gateway)
 _parser()
-heavy = ("llama_cpp", "numpy", "gguf", "vllm", "torch")
+heavy = ("llama_cpp", "numpy", "gguf", "vllm", "torch", "mcp", "mcp_types", "jinja2")
+heavy += ("opentelemetry.sdk",)
 print(json.dumps(sorted(name for name in heavy if name in sys.modules)))
 """
 

@@ -8,7 +8,22 @@ request asks, :mod:`~backends.llamacpp.tools`; how tools reach the prompt,
 :mod:`~backends.llamacpp.tool_prompt`; how calls are read from the output,
 :mod:`~backends.llamacpp.tool_parsers`) and embeddings (:mod:`~backends.llamacpp.embed`)."""
 
-from backends.llamacpp.backend import LlamaCppBackend
+from typing import TYPE_CHECKING, Any
+
 from backends.llamacpp.settings import LlamaCppSettings
+
+if TYPE_CHECKING:
+    from backends.llamacpp.backend import LlamaCppBackend
+
+
+def __getattr__(name: str) -> Any:
+    # the engine's modules (its scheduler, chat templates) load with the first llama.cpp
+    # deployment, not with the config schema that names every backend kind
+    if name == "LlamaCppBackend":
+        from backends.llamacpp.backend import LlamaCppBackend
+
+        return LlamaCppBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["LlamaCppBackend", "LlamaCppSettings"]

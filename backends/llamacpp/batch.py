@@ -30,13 +30,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from backends.llamacpp.held import HeldChains
 from backends.llamacpp.placement import Placement, check_prompt
 from backends.llamacpp.sampling import Event, Finished, TokenLogprob, token_logprob
 from backends.llamacpp.sequences import Deliver, Seq, Task, Ticket
+from backends.llamacpp.settings import BatchSettings
 from gateway.errors import GatewayError, ServiceUnavailableError
 
 RATE_WINDOW_S = 10.0
@@ -47,17 +47,6 @@ Post = Callable[[list[tuple[Deliver, Event | BaseException]]], None]
 
 def _nothing() -> None:
     pass
-
-
-@dataclass(frozen=True)
-class BatchSettings:
-    parallel: int
-    n_ctx_per_slot: int
-    n_batch: int = 512
-    threads: int = 1
-    kv_cache_type: str = "f16"
-    flash_attn: bool | Literal["auto"] = "auto"
-    prefix_cache: bool = True
 
 
 class _Rates:

@@ -29,9 +29,10 @@ from typing import Any
 import structlog
 
 from backends.base import LiveStats
-from backends.llamacpp.batch import BatchSettings, Scheduler
+from backends.llamacpp.batch import Scheduler
 from backends.llamacpp.sampling import Event, Finished, GenerationJob, Sampling, build_chain
 from backends.llamacpp.sequences import Deliver, Ticket
+from backends.llamacpp.settings import BatchSettings
 from backends.llamacpp.watchdog import StallWatch, check_interval
 from gateway.common.periodic import Periodic
 from gateway.errors import ServiceUnavailableError

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
 from backends.base import DeploymentSettings
-from backends.llamacpp.batch import BatchSettings
 from backends.llamacpp.embed import Pooling
 from backends.llamacpp.tool_parsers import ParserName
 from gateway.common.durations import UNIT_SECONDS, split_duration
@@ -42,6 +42,19 @@ def _seconds(value: Any) -> Any:
 
 
 Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """What the continuous-batching scheduler (:mod:`~backends.llamacpp.batch`) runs with."""
+
+    parallel: int
+    n_ctx_per_slot: int
+    n_batch: int = 512
+    threads: int = 1
+    kv_cache_type: str = "f16"
+    flash_attn: bool | Literal["auto"] = "auto"
+    prefix_cache: bool = True
 
 
 class LlamaCppSettings(DeploymentSettings):

@@ -29,6 +29,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import orjson
+
 from gateway.protocol import ChatCompletionRequest, ChatMessage
 
 SESSION_HEADERS = (
@@ -107,7 +109,7 @@ def derived(key_id: str, chat: ChatCompletionRequest) -> SessionId:
     system = [m for m in _leading(chat.messages, ("system", "developer"))]
     first_user = next((m for m in chat.messages if m.role == "user"), None)
     parts = [chat.model, *(_text(m) for m in system), _text(first_user) if first_user else ""]
-    digest = _digest(key_id, "derived", json.dumps(parts, ensure_ascii=False))
+    digest = _digest(key_id, "derived", _json_list(parts))
     return SessionId(key_id, digest, f"~{digest[:12]}", "derived")
 
 
@@ -133,9 +135,33 @@ def _given(key_id: str, source: str, value: str) -> SessionId:
     return SessionId(key_id, _digest(key_id, "given", value), value[:LABEL_CHARS], source)
 
 
-def _digest(key_id: str, kind: str, value: str) -> str:
-    data = "\0".join((key_id, kind, value)).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()[:32]
+def _json_list(parts: list[str]) -> list[bytes]:
+    """``json.dumps(parts, ensure_ascii=False)`` in UTF-8, byte for byte (a conversation
+    keeps its derived id across versions), in pieces written by orjson: a 1 MB first
+    message cost 4 ms in the standard library's encoder, and the pieces are hashed as
+    they are, never joined."""
+    try:
+        pieces = [b"["]
+        for part in parts:
+            pieces += (orjson.dumps(part), b", ")
+        if parts:
+            pieces.pop()  # the last separator
+        pieces.append(b"]")
+        return pieces
+    except orjson.JSONEncodeError:  # a lone surrogate, which orjson refuses
+        return [json.dumps(parts, ensure_ascii=False).encode("utf-8", "surrogatepass")]
+
+
+def _digest(key_id: str, kind: str, value: str | list[bytes]) -> str:
+    """The first 32 hex digits of SHA-256 over ``key_id``, ``kind`` and ``value``, NUL apart
+    (``value`` given as pieces of its UTF-8: fed as they are)."""
+    hasher = hashlib.sha256(f"{key_id}\0{kind}\0".encode("utf-8", "surrogatepass"))
+    if isinstance(value, str):
+        hasher.update(value.encode("utf-8", "surrogatepass"))
+    else:
+        for piece in value:
+            hasher.update(piece)
+    return hasher.hexdigest()[:32]
 
 
 def _leading(messages: Iterable[ChatMessage], roles: tuple[str, ...]) -> list[ChatMessage]:

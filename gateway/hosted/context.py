@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gateway.admission.keys import KeyInfo
 from gateway.config.hosted import HostedSettings
 from gateway.config.mcp import HttpServer
 from gateway.config.schema import GatewayConfig
 from gateway.errors import InvalidRequestError
-from gateway.hosted.remote import RemoteServer
 from gateway.hosted.toolset import StandInTool
 from gateway.mcp.hub import ToolCaller, ToolGrant, ToolHub
+
+if TYPE_CHECKING:
+    from gateway.hosted.remote import RemoteServer
 
 
 @dataclass
@@ -106,6 +109,9 @@ class HostedContext:
             raise InvalidRequestError(
                 f"{where}: the MCP server's URL must be http(s).", param=where
             )
+        # the MCP client library is loaded by the first request that names a server
+        from gateway.hosted.remote import RemoteServer
+
         timeout = self.settings.request_server_timeout_s
         return RemoteServer(label, url, headers, timeout)
 

@@ -130,7 +130,8 @@ async def admit(exchange: Exchange, decoded: Decoded) -> Admitted:
     session_id = None if session is None else session.id
     if session_id is not None:
         exchange.facts["session"] = session_id
-    facts = describe_request(routed, exchange.request_id, session_id)
+    prefixes = services.gateway.reads_prefixes(decoded.model)
+    facts = describe_request(routed, exchange.request_id, session_id, prefixes=prefixes)
     if decoded.server_tools:
         facts = replace(facts, server_tools=decoded.server_tools)
     expected = services.gateway.expected_prompts(decoded.model, facts)

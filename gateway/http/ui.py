@@ -29,10 +29,9 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from jinja2 import Environment, PackageLoader, select_autoescape
 from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
 from litestar.params import FromPath
@@ -51,6 +50,9 @@ from gateway.http.uisession import (
     signed_in,
     signed_out,
 )
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 COOKIE = "shunter_ui"
 SESSION_S = 12 * 3600
@@ -87,22 +89,27 @@ class StatusPage:
     """The page's templates, assets and data, one per app."""
 
     data: StatusData = field(default_factory=StatusData)
-    templates: Environment = field(
-        default_factory=lambda: Environment(
-            loader=PackageLoader("gateway.http", "ui"),
-            autoescape=select_autoescape(["html"]),
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-    )
     assets: dict[str, bytes] = field(default_factory=dict)
+    _templates: Environment | None = None
 
-    def __post_init__(self) -> None:
-        self.templates.filters["num"] = _num
-        self.templates.filters["clock"] = _clock
-        self.templates.filters["pct"] = _pct
-        self.templates.filters["chart_svg"] = svg
-        self.templates.filters["chart_legend"] = legend
+    @property
+    def templates(self) -> Environment:
+        """The page's templates, loaded when the page is first asked for (a gateway whose
+        page nobody opens loads no template engine)."""
+        if self._templates is None:
+            from jinja2 import Environment, PackageLoader, select_autoescape
+
+            templates = Environment(
+                loader=PackageLoader("gateway.http", "ui"),
+                autoescape=select_autoescape(["html"]),
+                trim_blocks=True,
+                lstrip_blocks=True,
+            )
+            templates.filters.update(
+                num=_num, clock=_clock, pct=_pct, chart_svg=svg, chart_legend=legend
+            )
+            self._templates = templates
+        return self._templates
 
     def render(self, template: str, **values: Any) -> bytes:
         return self.templates.get_template(template).render(**values).encode()

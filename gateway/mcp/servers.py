@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -31,7 +31,9 @@ from gateway.mcp.hub import (
     ToolResult,
     ToolServerError,
 )
-from gateway.mcp.upstream import Upstream
+
+if TYPE_CHECKING:
+    from gateway.mcp.upstream import Upstream
 
 log = structlog.get_logger("shunter.mcp")
 
@@ -42,10 +44,7 @@ class McpHub:
     def __init__(self, settings: McpSettings, accounting: ToolAccounting | None = None) -> None:
         self.settings = settings
         self.accounting = accounting or ToolAccounting()
-        self._upstreams = {
-            name: Upstream(name, server, settings.list_ttl_s)
-            for name, server in settings.servers.items()
-        }
+        self._upstreams = _upstreams(settings)
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -165,6 +164,18 @@ class McpHub:
 
 def _shown(text: str, limit: int = 128) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _upstreams(settings: McpSettings) -> dict[str, Upstream]:
+    """One connection per configured server; with none, the MCP library stays unloaded."""
+    if not settings.servers:
+        return {}
+    from gateway.mcp.upstream import Upstream
+
+    return {
+        name: Upstream(name, server, settings.list_ttl_s)
+        for name, server in settings.servers.items()
+    }
 
 
 class HubSlot:

@@ -20,16 +20,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SimpleSpanProcessor,
-    SpanExporter,
-)
+if TYPE_CHECKING:  # the SDK loads only where spans go somewhere
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 PROTOCOLS = ("http/protobuf", "grpc")
 
@@ -42,21 +37,26 @@ def tracer_provider(
     exporter: SpanExporter | None = None,
     environ: Mapping[str, str] | None = None,
     console: IO[str] | None = None,
-) -> tuple[TracerProvider, bool]:
-    """The app's provider, and whether it exports anything. ``exporter``: export there
-    (synchronously, for tests) instead of where the environment says."""
+) -> TracerProvider | None:
+    """The app's provider, ``None`` where spans go nowhere (then the SDK is not even
+    loaded). ``exporter``: export there (synchronously, for tests) instead of where the
+    environment says."""
     env = os.environ if environ is None else environ
+    if exporter is None and env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    exporters = [exporter] if exporter is not None else exporters_from_env(env, console)
+    if not exporters:
+        return None
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
     service = env.get("OTEL_SERVICE_NAME", "shunter")
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    if exporter is not None:
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        return provider, True
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return provider, False
-    exporters = exporters_from_env(env, console)
     for each in exporters:
-        provider.add_span_processor(BatchSpanProcessor(each))
-    return provider, bool(exporters)
+        processor = SimpleSpanProcessor if exporter is not None else BatchSpanProcessor
+        provider.add_span_processor(processor(each))
+    return provider
 
 
 def exporters_from_env(
@@ -117,6 +117,8 @@ def otlp_exporter(env: Mapping[str, str]) -> SpanExporter | None:
 
 def console_exporter(out: IO[str] | None = None) -> SpanExporter:
     """Spans as one compact JSON object per line on ``out`` (standard output)."""
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
     return ConsoleSpanExporter(out=out or sys.stdout, formatter=_one_line)
 
 

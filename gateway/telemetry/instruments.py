@@ -13,10 +13,8 @@ none), ``step`` a policy step's name.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import NoOpTracer, Tracer
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -26,6 +24,10 @@ from gateway.telemetry.exporters import tracer_provider
 from gateway.telemetry.history import History, engine_figures
 from gateway.telemetry.recent import RecentDecisions
 from gateway.telemetry.tracing import RequestTrace, deciding_step
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 TTFT_BUCKETS = (
     0.001,
@@ -132,21 +134,24 @@ class Telemetry:
         self.tracer: Tracer = NoOpTracer()
         self.tracing = False
         """Whether spans are recorded (some exporter is configured)."""
+        self._tracing_set = False
         if span_exporter is not None:
-            self._use(*tracer_provider(span_exporter))
+            self._use(tracer_provider(span_exporter))
 
     def start_tracing(self, environ: Mapping[str, str] | None = None) -> None:
         """Export spans where the ``OTEL_*`` variables say (once; an exporter given at
         construction wins). Raises :class:`~gateway.telemetry.exporters.TelemetryConfigError`
         on a setting it cannot honour."""
-        if self.tracer_provider is None:
-            self._use(*tracer_provider(environ=environ))
+        if not self._tracing_set:
+            self._use(tracer_provider(environ=environ))
 
-    def _use(self, provider: TracerProvider, exporting: bool) -> None:
+    def _use(self, provider: TracerProvider | None) -> None:
+        # with nowhere to export (no provider), recording spans is pure cost on the
+        # request path: the tracer stays the no-op one
+        self._tracing_set = True
         self.tracer_provider = provider
-        # with nowhere to export, recording spans is pure cost on the request path
-        self.tracing = exporting
-        self.tracer = provider.get_tracer("shunter") if exporting else NoOpTracer()
+        self.tracing = provider is not None
+        self.tracer = provider.get_tracer("shunter") if provider is not None else NoOpTracer()
 
     def configure(self, models: frozenset[str]) -> None:
         """The public model names that may appear as ``model`` label values."""

@@ -57,7 +57,7 @@ class Planned:
         clamped = None
         room = capabilities.context_length
         if capabilities.clamp_output and room is not None and chat.max_tokens:
-            room = max(1, room - describe_request(chat).prompt_tokens)
+            room = max(1, room - describe_request(chat, prefixes=False).prompt_tokens)
             if chat.max_tokens > room:
                 chat.max_tokens = clamped = room
         return Sending(chat, dropped=tuple(done.dropped), clamped=clamped, names=done.names)

@@ -60,7 +60,7 @@ async def _counted(backend: Backend, call: MessagesCall, size: int) -> tuple[int
         return await backend.count_tokens(call.routed()), "exact"
     routed = call.routed()
     if size > OFF_LOOP_BYTES:
-        estimate = await asyncio.to_thread(describe_request, routed)
+        estimate = await asyncio.to_thread(describe_request, routed, prefixes=False)
     else:
-        estimate = describe_request(routed)
+        estimate = describe_request(routed, prefixes=False)
     return estimate.prompt_tokens, "estimated"

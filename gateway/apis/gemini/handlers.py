@@ -67,7 +67,7 @@ async def _counted(backend: Backend, raw: bytes, chat: Any) -> tuple[int, str]:
         return await backend.count_native_tokens(NATIVE, raw), "upstream"
     if capabilities.count_tokens:
         return await backend.count_tokens(chat), "exact"
-    return describe_request(chat).prompt_tokens, "estimated"
+    return describe_request(chat, prefixes=False).prompt_tokens, "estimated"
 
 
 async def list_models(exchange: Exchange) -> Reply:

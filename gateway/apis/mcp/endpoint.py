@@ -44,7 +44,6 @@ from gateway.errors import GatewayError
 from gateway.mcp.hub import ToolCaller, ToolGrant
 
 log = structlog.get_logger("shunter.mcp")
-MAX_BODY_BYTES = 4 * 1024 * 1024
 SESSION_HEADER = "mcp-session-id"
 
 

@@ -290,11 +290,15 @@ def describe_request(
     body: ChatCompletionRequest | CompletionRequest | EmbeddingRequest,
     request_id: str = "",
     session_id: str | None = None,
+    *,
+    prefixes: bool = True,
 ) -> RequestFacts:
     """What routing needs to know about a request, without tokenizing it. ``session_id``
-    names the conversation a chat request continues, where known."""
+    names the conversation a chat request continues, where known. ``prefixes`` false:
+    no prefix chain (nothing will read it; hashing a long conversation costs about 2.5 ms
+    per MB)."""
     if isinstance(body, ChatCompletionRequest):
-        return _chat_facts(body, request_id, session_id)
+        return _chat_facts(body, request_id, session_id, prefixes)
     if isinstance(body, CompletionRequest):
         prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
         text = "".join(prompts)
@@ -325,7 +329,7 @@ def _embedding_tokens(given: str | list[str] | list[int] | list[list[int]]) -> i
 
 
 def _chat_facts(
-    body: ChatCompletionRequest, request_id: str, session_id: str | None
+    body: ChatCompletionRequest, request_id: str, session_id: str | None, prefixes: bool
 ) -> RequestFacts:
     text_chars = sum(len(m.text()) for m in body.messages)
     call_chars = sum(
@@ -335,7 +339,7 @@ def _chat_facts(
     format_ = body.response_format.type if body.response_format else "text"
     leading = [m for m in body.messages if m.role in ("system", "developer")] or body.messages[:1]
     prefix = body.user or "".join(m.text() for m in leading)
-    chain, shared = describe_prefix(body)
+    chain, shared = describe_prefix(body) if prefixes else ((), 0)
     kinds = body.part_kinds()
     return RequestFacts(
         prompt_tokens=_estimate(text_chars + call_chars + tool_chars) + 4 * len(body.messages),

@@ -83,6 +83,7 @@ class Gateway:
         self.on_reload: list[Callable[[GatewayConfig], None]] = []
         self.config_version = config_version(config)
         self._failover = Failover(config.reliability, self.fleet.context_limits)
+        self._prefix_readers: tuple[GatewayConfig, frozenset[str]] | None = None
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> Gateway:
@@ -211,6 +212,15 @@ class Gateway:
             missing.served = tuple(self.config.models)
             raise missing
         return route
+
+    def reads_prefixes(self, model: str) -> bool:
+        """Whether routing may read the prefix chain of a request for ``model``: a route
+        whose policy reads live figures shares one of its deployments (the links sent to a
+        deployment count as held there). Else describing a request skips the chain."""
+        config, memo = self.config, self._prefix_readers
+        if memo is None or memo[0] is not config:
+            memo = self._prefix_readers = (config, prefix_readers(config))
+        return model in memo[1]
 
     def decide(self, model: str, request: RequestFacts | None = None) -> Routing:
         """Rank ``model``'s deployments for ``request`` with the route's policy."""
@@ -463,3 +473,13 @@ async def _aclose(iterator: AsyncIterator[object]) -> None:
     close = getattr(iterator, "aclose", None)
     if close is not None:
         await close()
+
+
+def prefix_readers(config: GatewayConfig) -> frozenset[str]:
+    """The models whose requests' prefix chains routing may read (see
+    :meth:`Gateway.reads_prefixes`)."""
+    routes = config.models.values()
+    read = {name for route in routes if route.policy.reads_live for name in route.candidates}
+    return frozenset(
+        model for model, route in config.models.items() if read.intersection(route.candidates)
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from gateway.admission.sessions import SessionHint, claude_session, derived, session_of
@@ -91,3 +93,14 @@ def test_claude_code_session_in_metadata_user_id() -> None:
     assert claude_session("user_plain") is None
     assert claude_session("{not json") is None
     assert claude_session(None) is None
+
+
+def test_a_derived_id_is_sha256_over_the_json_of_model_system_and_first_message() -> None:
+    # the ids of earlier versions: a conversation keeps its session across an upgrade,
+    # whatever its text holds (escapes, non-ASCII, a lone surrogate)
+    for text in ("Fix it.", 'déjà "vu"\n\t\x01 \u2028 😀', "half \ud800 a pair"):
+        request = chat(SYSTEM, {"role": "user", "content": text})
+        parts = ["m", SYSTEM["content"], text]
+        value = json.dumps(parts, ensure_ascii=False)
+        data = "\0".join(("key_a", "derived", value)).encode("utf-8", "surrogatepass")
+        assert derived("key_a", request).id == hashlib.sha256(data).hexdigest()[:32]
