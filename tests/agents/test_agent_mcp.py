@@ -26,7 +26,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.agents.clis import REPO, Run, _run, agents_bin, codex_config
+from tests.agents.clis import (
+    CLAUDE_CODES,
+    REPO,
+    Run,
+    _run,
+    agents_bin,
+    codex_config,
+    package_bin,
+    package_version,
+)
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.agent_turns import ANSWER_PREFIX, Script
 from tests.fixtures.agent_upstream import AgentUpstream
@@ -53,27 +62,28 @@ def gateway(gateway_config: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     stop_server(srv)
 
 
-def _claude(home: Path, *args: str) -> Run:
+def _claude(package: str, home: Path, *args: str) -> Run:
     env = {
         "HOME": str(home),
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
-    return _run([str(agents_bin("claude")), "mcp", *args], env, _workdir(home), 60)
+    return _run([str(package_bin(package, "claude")), "mcp", *args], env, _workdir(home), 60)
 
 
+@pytest.mark.parametrize("package", CLAUDE_CODES, ids=["pinned", "newest"])
 @pytest.mark.parametrize(("key", "connected"), [(MASTER, True), ("sk-wrong", False)])
 def test_claude_code_connects_to_mcp_with_the_readme_recipe(
-    gateway: Server, tmp_path: Path, key: str, connected: bool
+    gateway: Server, tmp_path: Path, key: str, connected: bool, package: str
 ) -> None:
-    if not agents_bin("claude").exists():
+    if not package_version(package):
         pytest.fail("the agent CLIs are not installed: run scripts/test-agents.sh")
     url = f"{gateway.base_url}/mcp"
-    added = _claude(tmp_path, "add", "--transport", "http", "shunter", url,
+    added = _claude(package, tmp_path, "add", "--transport", "http", "shunter", url,
                     "--header", f"Authorization: Bearer {key}")  # fmt: skip
     assert added.returncode == 0, added
-    listed = _claude(tmp_path, "list")
+    listed = _claude(package, tmp_path, "list")
     line = next((ln for ln in listed.stdout.splitlines() if ln.startswith("shunter")), "")
     assert url in line, listed
     assert ("Connected" in line and "Failed" not in line) is connected, listed
