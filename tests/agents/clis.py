@@ -1,10 +1,11 @@
 """Running the real agent CLIs, Claude Code, Codex and Gemini CLI, offline against a base URL.
 
 The CLIs come from npm into ``.agents/node_modules`` (``scripts/test-agents.sh``;
-``SHUNTER_AGENTS_DIR`` names another folder). Each run gets a fresh home, config folder
-and working folder under ``home``, an environment holding only what it needs, and the
-settings that keep it off its vendor's network (no telemetry, error reports, update checks
-or analytics), so the only host it reaches is the one it is given.
+``SHUNTER_AGENTS_DIR`` names another folder), Claude Code twice: the pinned version as
+``@anthropic-ai/claude-code`` and the newest under the alias ``claude-code-new``. Each run
+gets a fresh home, config folder and working folder under ``home``, an environment holding
+only what it needs, and the settings that keep it off its vendor's network (no telemetry,
+error reports, update checks or analytics), so the only host it reaches is the one it is given.
 """
 
 from __future__ import annotations
@@ -29,10 +30,37 @@ class Run:
         return f"exit {self.returncode}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
 
+CLAUDE_CODES = ("@anthropic-ai/claude-code", "claude-code-new")
+"""Claude Code's npm folders: the pinned version, and the newest (an npm alias)."""
+
+
+def agents_modules() -> Path:
+    """The ``node_modules`` folder the CLIs and the Node packages are installed in."""
+    folder = Path(os.environ.get("SHUNTER_AGENTS_DIR") or REPO / ".agents")
+    return folder / "node_modules"
+
+
 def agents_bin(name: str) -> Path:
     """Where the CLI ``name`` (``claude``, ``codex`` or ``gemini``) is installed."""
-    folder = Path(os.environ.get("SHUNTER_AGENTS_DIR") or REPO / ".agents")
-    return folder / "node_modules" / ".bin" / name
+    return agents_modules() / ".bin" / name
+
+
+def package_bin(package: str, name: str) -> Path:
+    """The executable ``name`` of the npm package in the folder ``package``: two packages
+    with the same executable (two Claude Codes) share one ``.bin`` link, so each is run
+    from its own folder."""
+    folder = agents_modules() / package
+    declared = json.loads((folder / "package.json").read_text())["bin"]
+    return folder / (declared if isinstance(declared, str) else declared[name])
+
+
+def package_version(package: str) -> str:
+    """The version of the npm package installed in the folder ``package``, or ``""``."""
+    try:
+        manifest = json.loads((agents_modules() / package / "package.json").read_text())
+    except FileNotFoundError:
+        return ""
+    return str(manifest["version"])
 
 
 def _run(command: list[str], env: dict[str, str], cwd: Path, timeout_s: float) -> Run:
@@ -61,8 +89,11 @@ def _fresh(home: Path) -> Path:
     return work
 
 
-def run_claude(base_url: str, home: Path, timeout_s: float = 60) -> Run:
-    """``claude -p`` with its default model, allowed to run Bash, against ``base_url``."""
+def run_claude(
+    base_url: str, home: Path, package: str = CLAUDE_CODES[0], timeout_s: float = 60
+) -> Run:
+    """``claude -p`` (Claude Code from the npm folder ``package``) with its default model,
+    allowed to run Bash, against ``base_url``."""
     env = {
         "HOME": str(home),
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
@@ -72,7 +103,7 @@ def run_claude(base_url: str, home: Path, timeout_s: float = 60) -> Run:
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
-    command = [str(agents_bin("claude")), "-p", PROMPT, "--allowedTools", "Bash"]
+    command = [str(package_bin(package, "claude")), "-p", PROMPT, "--allowedTools", "Bash"]
     return _run(command, env, _fresh(home), timeout_s)
 
 

@@ -18,16 +18,25 @@ Opt-in: ``SHUNTER_AGENTS=1`` and the CLIs installed (``scripts/test-agents.sh`` 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.agents.clis import Run, agents_bin, run_claude, run_codex, run_gemini
+from tests.agents.clis import (
+    CLAUDE_CODES,
+    Run,
+    agents_bin,
+    package_version,
+    run_claude,
+    run_codex,
+    run_gemini,
+)
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.agent_turns import Script
 from tests.fixtures.agent_upstream import AgentUpstream
@@ -60,10 +69,11 @@ class Direct:
     printed: str
     model: str
     posted: list[Any]
+    package: str = ""  # the npm folder of the Claude Code that ran
 
 
 def _direct(runner: Runner, path: str, home: Path) -> Direct:
-    if not agents_bin("claude").exists() or not agents_bin("codex").exists():
+    if not all(package_version(p) for p in CLAUDE_CODES) or not agents_bin("codex").exists():
         pytest.fail("the agent CLIs are not installed: run scripts/test-agents.sh")
     mark = marked()
     with AgentUpstream(mark.script) as upstream:
@@ -74,9 +84,19 @@ def _direct(runner: Runner, path: str, home: Path) -> Direct:
     return Direct(run, mark.printed, model, posted)
 
 
-@pytest.fixture(scope="module")
-def claude_direct(tmp_path_factory: pytest.TempPathFactory) -> Direct:
-    return _direct(run_claude, "/v1/messages", tmp_path_factory.mktemp("claude-direct"))
+@pytest.fixture(scope="module", params=CLAUDE_CODES, ids=["pinned", "newest"])
+def claude_direct(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Direct:
+    """Claude Code straight against the scripted upstream, in the pinned version and in the
+    newest, each from its own npm folder."""
+    package: str = request.param
+
+    def run(base_url: str, home: Path) -> Run:
+        return run_claude(base_url, home, package)
+
+    direct = _direct(run, "/v1/messages", tmp_path_factory.mktemp("claude-direct"))
+    return replace(direct, package=package)
 
 
 @pytest.fixture(scope="module")
@@ -142,15 +162,56 @@ def gateway(kind: str, model: str, mark: Marked, folder: Path) -> Iterator[Gatew
             stop_server(server)
 
 
+def session_statuses(server: Server) -> dict[str, list[int]]:
+    """The statuses of the gateway's access-log lines for Messages requests, per session."""
+    sessions: dict[str, list[int]] = {}
+    for line in server.log().splitlines():
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if entry.get("event") == "request" and entry.get("path") == "/v1/messages":
+            sessions.setdefault(entry.get("session", ""), []).append(entry["status"])
+    return sessions
+
+
+def assert_no_400(through: Gateway, run: Run) -> None:
+    """The CLI's session reached the gateway and none of its requests was refused."""
+    sessions = session_statuses(through.server)
+    assert sessions, through.explain(run)
+    assert all(400 not in statuses for statuses in sessions.values()), through.explain(run)
+
+
+def _deferred(bodies: list[Any]) -> set[str]:
+    """The names of the tools a Messages or chat body offers with ``defer_loading``."""
+    return {
+        tool.get("name") or tool.get("function", {}).get("name")
+        for body in bodies
+        for tool in body.get("tools") or []
+        if tool.get("defer_loading") or tool.get("function", {}).get("defer_loading")
+    }
+
+
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 def test_claude_code_completes_a_tool_loop_through_the_gateway(
     kind: str, claude_direct: Direct, tmp_path: Path
 ) -> None:
+    """Both versions, from a new session, with no request refused. The newest offers tools
+    with ``defer_loading`` (tool search): behind an ``openai`` deployment the gateway drops
+    the field and sends those tools as any other."""
+    deferred = _deferred(claude_direct.posted)
+    if claude_direct.package == CLAUDE_CODES[1]:
+        assert deferred, "the newest Claude Code no longer sends defer_loading"
     mark = marked()
     with gateway(kind, claude_direct.model, mark, tmp_path) as through:
-        run = run_claude(through.server.base_url, tmp_path / "home")
+        run = run_claude(through.server.base_url, tmp_path / "home", claude_direct.package)
         assert mark.printed in run.stdout, through.explain(run)
         assert len(through.turns()) >= 2  # the call and the answer came from the upstream
+        assert_no_400(through, run)
+        if kind == "openai":
+            sent = through.turns()
+            offered = {t["function"]["name"] for body in sent for t in body.get("tools") or []}
+            assert deferred <= offered
+            assert _deferred(sent) == set()
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])

@@ -23,10 +23,20 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.agents.clis import REPO, Run, _run, agents_bin, codex_config
+from tests.agents.clis import (
+    CLAUDE_CODES,
+    REPO,
+    Run,
+    _run,
+    agents_bin,
+    codex_config,
+    package_bin,
+    package_version,
+)
 from tests.conftest import Server, start_server, stop_server
 from tests.fixtures.agent_turns import ANSWER_PREFIX, Script
 from tests.fixtures.agent_upstream import AgentUpstream
@@ -39,7 +49,7 @@ pytestmark = [
 ]
 
 MASTER = "sk-master-agents-mcp"
-EVERY_TOOL = {"echo", "add", "pid", "slow", "broken", "seen_headers"}  # of the tool server
+EVERY_TOOL = {"echo", "add", "pid", "slow", "broken", "big", "seen_headers", "leaky"}
 MCP_SERVERS = "mcp:\n  servers: " + json.dumps({"tools": {"command": stdio_command()}}) + "\n"
 
 
@@ -53,27 +63,28 @@ def gateway(gateway_config: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     stop_server(srv)
 
 
-def _claude(home: Path, *args: str) -> Run:
+def _claude(package: str, home: Path, *args: str) -> Run:
     env = {
         "HOME": str(home),
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
-    return _run([str(agents_bin("claude")), "mcp", *args], env, _workdir(home), 60)
+    return _run([str(package_bin(package, "claude")), "mcp", *args], env, _workdir(home), 60)
 
 
+@pytest.mark.parametrize("package", CLAUDE_CODES, ids=["pinned", "newest"])
 @pytest.mark.parametrize(("key", "connected"), [(MASTER, True), ("sk-wrong", False)])
 def test_claude_code_connects_to_mcp_with_the_readme_recipe(
-    gateway: Server, tmp_path: Path, key: str, connected: bool
+    gateway: Server, tmp_path: Path, key: str, connected: bool, package: str
 ) -> None:
-    if not agents_bin("claude").exists():
+    if not package_version(package):
         pytest.fail("the agent CLIs are not installed: run scripts/test-agents.sh")
     url = f"{gateway.base_url}/mcp"
-    added = _claude(tmp_path, "add", "--transport", "http", "shunter", url,
+    added = _claude(package, tmp_path, "add", "--transport", "http", "shunter", url,
                     "--header", f"Authorization: Bearer {key}")  # fmt: skip
     assert added.returncode == 0, added
-    listed = _claude(tmp_path, "list")
+    listed = _claude(package, tmp_path, "list")
     line = next((ln for ln in listed.stdout.splitlines() if ln.startswith("shunter")), "")
     assert url in line, listed
     assert ("Connected" in line and "Failed" not in line) is connected, listed
@@ -141,6 +152,12 @@ def _codex(home: Path, key: str, *args: str) -> Run:
     return _run([str(agents_bin("codex")), *args], env, _workdir(home), 90)
 
 
+def _calls_answered(log: str) -> list[dict[str, Any]]:
+    """The gateway's access-log lines for MCP ``tools/call`` requests answered 200."""
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    return [e for e in lines if e.get("rpc") == "tools/call" and e.get("status") == 200]
+
+
 def _workdir(home: Path) -> Path:
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -181,4 +198,4 @@ def test_codex_calls_a_gateway_mcp_tool_with_the_readme_recipe(
         assert offered == tools, explain
         answered = ANSWER_PREFIX in run.stdout and str(number + 1) in run.stdout  # the tool's sum
         assert answered is bool(tools), explain
-        assert ('"rpc": "tools/call", "status": 200' in log) is bool(tools), explain
+        assert bool(_calls_answered(log)) is bool(tools), explain
