@@ -58,7 +58,34 @@ def start_server(
     env: dict[str, str] | None = None,
     args: Sequence[str] = (),
 ) -> Server:
-    """Start `shunter serve` (plus ``args``) on a free loopback port; wait until it is ready."""
+    """Start `shunter serve` (plus ``args``) on a free loopback port; wait until it is ready.
+
+    A free port can be taken by another test's server between the choice and the bind: the
+    server then says the port is held, and it is started again on another. It counts as
+    ready only once its own log says it listens, so another server answering on that port
+    is never taken for it."""
+    for _ in range(PORT_TRIES - 1):
+        try:
+            return _start_once(config, log_path, timeout_s, env, args)
+        except PortTakenError:
+            continue
+    return _start_once(config, log_path, timeout_s, env, args)
+
+
+PORT_TRIES = 3
+
+
+class PortTakenError(RuntimeError):
+    """The port chosen for a server was bound by another process first."""
+
+
+def _start_once(
+    config: Path,
+    log_path: Path,
+    timeout_s: float,
+    env: dict[str, str] | None,
+    args: Sequence[str],
+) -> Server:
     port = free_port()
     command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
     with log_path.open("wb") as log_file:
@@ -72,15 +99,22 @@ def start_server(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+            text = server.log()
+            if f"another process holds port {port}" in text:
+                raise PortTakenError(text)
+            raise RuntimeError(f"server exited with {process.returncode}:\n{text}")
         try:
-            if httpx.get(f"{server.base_url}/health/readiness", timeout=1).status_code == 200:
+            if "listening" in server.log() and _ready(server):
                 return server
         except httpx.TransportError:
             pass
         time.sleep(0.05)
     stop_server(server)
     raise RuntimeError(f"server not ready after {timeout_s}s:\n{server.log()}")
+
+
+def _ready(server: Server) -> bool:
+    return httpx.get(f"{server.base_url}/health/readiness", timeout=1).status_code == 200
 
 
 def stop_server(server: Server) -> None:
