@@ -4,7 +4,8 @@ Candidates that can take each other's conversations (the same model, behind the 
 of deployment, at the same price, each an engine whose KV cache the gateway sees) are
 *interchangeable*: the default spreads new conversations over them and keeps each on the
 engine holding its history (``cached_prefix``; with a latency target, ``slo`` before it,
-so a home predicted to miss the target spills at once). Candidates that differ in any of
+so a home predicted to miss the target spills at once). One API may follow them, as their
+fallback (or spill target). Candidates that differ in any of
 these keep ``first``: a list such as "the local model, then an API" is an order to fail
 over in, and stays one.
 """
@@ -42,18 +43,25 @@ class Sameness:
 def default_policy(candidates: Sequence[Sameness], ttft_ms: float | None = None) -> Policy:
     """The default for these candidates, its ``default_note`` saying which and why.
 
-    ``ttft_ms``: a latency target, for interchangeable candidates (``first`` ignores it).
+    Interchangeable engines may be followed by one candidate that reports no cache (an
+    API): it stays their fallback, ranked after them (and, with ``ttft_ms``, taking what
+    they are predicted to answer too late). ``ttft_ms``: a latency target, for
+    interchangeable candidates (``first`` ignores it).
     """
     if len(candidates) < 2:
         return Policy.default()
-    differ = _difference(candidates)
+    engines, rest = candidates, candidates[len(candidates) :]
+    if len(candidates) > 2 and not candidates[-1].sees_cache:
+        engines, rest = candidates[:-1], candidates[-1:]
+    differ = _difference(engines)
     if differ is not None:
         return dataclasses.replace(Policy.default(), default_note=f"first: {differ}")
     steps: list[object] = list(FILTERS)
     if ttft_ms is not None:
         steps.append({"slo": {"ttft_ms": ttft_ms}})
     steps.append("cached_prefix")
-    note = f"cached_prefix: {len(candidates)} interchangeable {candidates[0].kind} engines"
+    note = f"cached_prefix: {len(engines)} interchangeable {engines[0].kind} engines"
+    note += "".join(f", then {c.name}" for c in rest)
     return dataclasses.replace(Policy.parse(steps), default_note=note)
 
 

@@ -44,6 +44,21 @@ def test_candidates_that_differ_keep_the_configured_order() -> None:
         assert policy.default_note == note
 
 
+def test_one_api_after_interchangeable_engines_stays_their_fallback(make: Make) -> None:
+    api = Sameness("api", "gpt-4o-mini", "openai", sees_cache=False)
+    policy = default_policy([W1, W2, api], ttft_ms=2000)
+    assert _steps(policy) == ["healthy", "capable", "fits_memory", "slo", "cached_prefix"]
+    assert policy.default_note == "cached_prefix: 2 interchangeable openai engines, then api"
+    engines = [make(n, slots_total=4, slots_busy=0, prefill_tokens_per_s=1e3) for n in ("w1", "w2")]
+    api_now = make("api", ewma_ttft_ms=10.0)  # faster, but an API: after the engines
+    decision = policy.route(RequestFacts(prompt_tokens=100), [api_now, *engines])
+    assert decision.names[-1] == "api"
+    # an API listed first, a second API, or a lone engine before it: an order to keep
+    api2 = Sameness("api2", "gpt-4o-mini", "openai", sees_cache=False)
+    for cands in ([api, W1, W2], [W1, W2, api, api2], [W1, api]):
+        assert _steps(default_policy(cands))[-1] == "first", cands
+
+
 def test_one_candidate_has_nothing_to_choose() -> None:
     policy = default_policy([W1], ttft_ms=500)
     assert _steps(policy)[-1] == "first" and policy.default_note is None

@@ -21,6 +21,7 @@ deployments:
   - {name: api, backend: openai, model: gpt-4o-mini}
 models:
   workers: {candidates: [w1, w2]}
+  workers-then-api: {candidates: [w1, w2, api], ttft_ms: 2000}
   engines: {candidates: [local, local2], ttft_ms: 900}
   servers: {candidates: [s1, s2]}
   local-then-api: {candidates: [local, api]}
@@ -38,6 +39,9 @@ def test_each_route_without_a_policy_gets_the_default_for_its_candidates(
     assert described == {
         "workers": "healthy > capable > fits_memory > cached_prefix(margin_ms=250) "
         "(default cached_prefix: 2 interchangeable openai engines)",
+        "workers-then-api": "healthy > capable > fits_memory > slo(ttft_ms=2000.0) > "
+        "cached_prefix(margin_ms=250) (default cached_prefix: 2 interchangeable openai "
+        "engines, then api)",
         "engines": "healthy > capable > fits_memory > slo(ttft_ms=900.0) > "
         "cached_prefix(margin_ms=250) (default cached_prefix: 2 interchangeable llamacpp "
         "engines)",
@@ -56,5 +60,5 @@ def test_a_latency_target_beside_a_policy_is_refused_at_its_line(tmp_path: Path)
     with pytest.raises(ConfigError) as info:
         load_config(path)
     (issue,) = info.value.issues
-    assert (issue.line, issue.field) == (16, "models.written")
+    assert (issue.line, issue.field) == (17, "models.written")
     assert issue.message.endswith("with a policy, write {slo: {ttft_ms: ...}} in it")
