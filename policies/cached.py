@@ -15,9 +15,9 @@ Leaving the home costs more than this request's TTFT elsewhere shows: the other 
 prefills again everything the home holds, and that prefill delays the sequences it is
 already running. So every other candidate's key is its predicted TTFT plus that *move*:
 the tokens the home holds beyond its own, at its measured prefill rate (the home's when it
-has none yet; ``margin_ms`` when neither is measured, or the home holds nothing). A request
-leaves home only when the wait there is longer than the move: sticky until saturated, and
-the decision says so (``cached_prefix: left ...``).
+has none yet; ``margin_ms`` when neither is measured, or the home holds no more than it: a
+session's hashed home). A request leaves home only when the wait there is longer than the
+move: sticky until saturated, and the decision says so (``cached_prefix: left ...``).
 
 What many conversations share pulls none of them: for ranking, a candidate holding only
 that start is counted as if it held nothing, so new conversations spread by load instead of
