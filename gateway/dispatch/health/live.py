@@ -8,6 +8,7 @@ prompt tokens are still waiting for their first token there. Engines add their o
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,7 @@ class Attempt:
 
     tracker: DeploymentTracker
     prompt_tokens: int
+    """Its tokens in the deployment's prefill backlog (what the engine does not hold)."""
     started: float
     first_token_at: float | None = None
     done: bool = False
@@ -82,9 +84,23 @@ class DeploymentTracker:
 
     def begin(self, prompt_tokens: int, chain: Sequence[tuple[str, int]] = ()) -> Attempt:
         self.in_flight += 1
-        self.prefill_backlog_tokens += prompt_tokens
+        backlog = self._uncached(prompt_tokens, chain)
+        self.prefill_backlog_tokens += backlog
         self.sent.record(chain, prompt_tokens)
-        return Attempt(self, prompt_tokens, self.clock())
+        return Attempt(self, backlog, self.clock())
+
+    def _uncached(self, prompt_tokens: int, chain: Sequence[tuple[str, int]]) -> int:
+        """The part of a prompt the engine must prefill: what the figures last built say it
+        does not hold, by share of characters. A follow-up turn mostly cached there adds
+        its new tokens to the backlog, not its whole history."""
+        last = self._last
+        if last is None or not chain or chain[-1][1] <= 0:
+            return prompt_tokens
+        held = last[1].held_prefixes
+        for link, chars in reversed(chain):
+            if link in held:
+                return math.ceil(prompt_tokens * (1.0 - chars / chain[-1][1]))
+        return prompt_tokens
 
     def on_first_token(self, attempt: Attempt) -> None:
         assert attempt.first_token_at is not None
