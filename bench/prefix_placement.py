@@ -55,6 +55,8 @@ class Tally:
     placed: Counter[str] = field(default_factory=Counter)
     homes: dict[int, list[str]] = field(default_factory=dict)
     """Each session's deployment, turn by turn."""
+    moves: list[str] = field(default_factory=list)
+    """The route reason of each follow-up that went to another engine than the turn before."""
     follow_prompt: int = 0
     follow_cached: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -147,7 +149,10 @@ def _session(url: str, index: int, turns: int, tally: Tally) -> None:
                 tally.cached += cached
                 tally.latencies.append(elapsed)
                 tally.placed[deployment] += 1
-                tally.homes.setdefault(index, []).append(deployment)
+                turns = tally.homes.setdefault(index, [])
+                if turns and turns[-1] != deployment:
+                    tally.moves.append(response.headers["x-shunter-route"])
+                turns.append(deployment)
                 if turn:
                     tally.follow_prompt += usage["prompt_tokens"]
                     tally.follow_cached += cached
@@ -211,6 +216,9 @@ def main() -> None:
             f"{f'{stayed}/{follow_ups}':>7} {mean:>7.3f} {p90:>7.3f}  "
             f"{tally.sessions_per_engine()}"
         )
+    for name, tally in results.items():
+        for reason in tally.moves:
+            print(f"{name} moved: {reason}")
 
 
 if __name__ == "__main__":
