@@ -149,10 +149,10 @@ def _session(url: str, index: int, turns: int, tally: Tally) -> None:
                 tally.cached += cached
                 tally.latencies.append(elapsed)
                 tally.placed[deployment] += 1
-                turns = tally.homes.setdefault(index, [])
-                if turns and turns[-1] != deployment:
+                placed = tally.homes.setdefault(index, [])
+                if placed and placed[-1] != deployment:
                     tally.moves.append(response.headers["x-shunter-route"])
-                turns.append(deployment)
+                placed.append(deployment)
                 if turn:
                     tally.follow_prompt += usage["prompt_tokens"]
                     tally.follow_cached += cached
