@@ -13,8 +13,8 @@ Reported per policy: the share of prompt tokens the engines served from their KV
 (``usage.prompt_tokens_details.cached_tokens``), in all and of follow-up turns, the
 follow-ups that went to the engine of the session's turn before (it holds their history),
 mean and p90 turn latency, and where each session's first turn went; ratios are against
-``affinity``. Not a test: latencies depend on the machine
-and its load.
+``affinity`` (else the first row run). Then the route of every follow-up that moved. Not a
+test: latencies depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -190,14 +190,17 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--parallel", type=int, default=4, help="sequences per worker")
     parser.add_argument("--size", choices=["tiny", "bench"], default="tiny")
+    parser.add_argument("--only", help="comma-separated policy names (default: all)")
     args = parser.parse_args()
+    chosen = args.only.split(",") if args.only else list(POLICIES)
     with tempfile.TemporaryDirectory() as folder:
         model = write_demo_model(Path(folder) / f"{args.size}.gguf", args.size)
         results = {
             name: run(model, policy, args.sessions, args.turns, args.parallel)
             for name, policy in POLICIES.items()
+            if name in chosen
         }
-    base = results["affinity"]
+    base = results.get("affinity") or next(iter(results.values()))
     base_share = base.cached / max(base.prompt, 1)
     print(f"{args.sessions} sessions x {args.turns} turns, 2 workers x {args.parallel} seqs")
     print(
