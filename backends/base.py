@@ -221,6 +221,11 @@ class DeploymentSettings(BaseModel):
         """Whether its answers can carry token logprobs (what a cascade judges)."""
         return False
 
+    def reports_held_prefixes(self) -> bool:
+        """Whether its engine reports the prompt prefixes its KV cache holds (what placing
+        conversations by prefix reads)."""
+        return False
+
     # what it needs from the machine it runs on (``check-config``, and before serving)
 
     def upstream_url(self) -> str | None:

@@ -93,7 +93,9 @@ def gateway_config(spec: FleetSpec, workers: dict[str, str], api: str, policy: A
                       "output_per_1m": spec.api.output_per_1m},
         }
     )  # fmt: skip
-    model = {"candidates": [*workers, "api"], "policy": policy, "fallback": True}
+    # a mapping instead of a list: no policy line (the default), with these route fields
+    line = dict(policy) if isinstance(policy, dict) else {"policy": policy}
+    model = {"candidates": [*workers, "api"], **line, "fallback": True}
     config = {"deployments": deployments, "models": {PUBLIC_MODEL: model}}
     return yaml.safe_dump(config, sort_keys=False)
 
@@ -196,10 +198,11 @@ def api_served(api: str) -> dict[str, Any]:
 
 
 def policy_steps(text: str, ttft_ms: float) -> dict[str, Any]:
-    """The policies file: ``name: [steps]``, ``$TTFT_MS`` replaced by the SLO target."""
+    """The policies file: ``name: [steps]`` (or ``name: {route fields}``: no policy line,
+    the default), ``$TTFT_MS`` replaced by the SLO target."""
     loaded = yaml.safe_load(text.replace("$TTFT_MS", f"{ttft_ms:g}"))
-    if not isinstance(loaded, dict) or not all(isinstance(v, list) for v in loaded.values()):
-        raise ValueError("a policies file maps names to lists of policy steps")
+    if not isinstance(loaded, dict) or not all(isinstance(v, list | dict) for v in loaded.values()):
+        raise ValueError("a policies file maps names to lists of policy steps (or route fields)")
     return loaded
 
 

@@ -134,7 +134,8 @@ def run_policy(
             sent, wall = asyncio.run(replay(base, fleet.PUBLIC_MODEL, shape, found, limit_s))
             stats = fleet.worker_stats(workers)
             served = fleet.api_served(api)
-    return PolicyRun(name, list(steps), round_, wall, sent, stats, served)
+    return PolicyRun(name, steps if isinstance(steps, list) else [steps], round_, wall, sent,
+                     stats, served)  # fmt: skip
 
 
 def describe_workload(shape: Shape, found: list[Session]) -> str:

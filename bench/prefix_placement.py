@@ -8,16 +8,19 @@ Each session is an agent conversation: a long system prompt every session shares
 turn at a time (the answer and a tool's output of about 1,200 characters appended, the whole history
 resent), the
 sessions running side by side. Each policy gets fresh workers (empty KV caches) and a fresh
-gateway. Reported per policy: the share of prompt tokens the engines served from their KV
-cache (``usage.prompt_tokens_details.cached_tokens``), mean and p90 turn latency, and how the
-sessions spread over the workers; ratios are against ``affinity`` (one engine for everyone,
-since all sessions share their first message). Not a test: latencies depend on the machine
-and its load.
+gateway; ``default`` has no policy line (the default two interchangeable workers get).
+Reported per policy: the share of prompt tokens the engines served from their KV cache
+(``usage.prompt_tokens_details.cached_tokens``), in all and of follow-up turns, the
+follow-ups that went to the engine of the session's turn before (it holds their history),
+mean and p90 turn latency, and where each session's first turn went; ratios are against
+``affinity`` (else the first row run). Then the route of every follow-up that moved. Not a
+test: latencies depend on the machine and its load.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import subprocess
 import sys
@@ -36,7 +39,8 @@ import httpx
 from gateway.models.demo import write_demo_model
 
 SYSTEM = "You are a coding agent in a repository. Read files before editing them. " * 40
-POLICIES = {
+POLICIES: dict[str, str | None] = {
+    "default": None,  # no policy line: the default two interchangeable workers get
     "affinity": "[healthy, affinity]",
     "least_loaded": "[healthy, least_loaded]",
     "cached_prefix": "[healthy, cached_prefix]",
@@ -49,7 +53,22 @@ class Tally:
     cached: int = 0
     latencies: list[float] = field(default_factory=list)
     placed: Counter[str] = field(default_factory=Counter)
+    homes: dict[int, list[str]] = field(default_factory=dict)
+    """Each session's deployment, turn by turn."""
+    moves: list[str] = field(default_factory=list)
+    """The route reason of each follow-up that went to another engine than the turn before."""
+    follow_prompt: int = 0
+    follow_cached: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def sessions_per_engine(self) -> dict[str, int]:
+        """Where each session's first turn went."""
+        return dict(sorted(Counter(turns[0] for turns in self.homes.values()).items()))
+
+    def stayed(self) -> tuple[int, int]:
+        """Follow-up turns on the engine of the turn before (it holds their history), of all."""
+        pairs = [(a, b) for turns in self.homes.values() for a, b in itertools.pairwise(turns)]
+        return sum(a == b for a, b in pairs), len(pairs)
 
 
 def _port() -> int:
@@ -82,7 +101,7 @@ def _process(command: list[str], url: str, log: Path) -> Iterator[None]:
 
 
 @contextmanager
-def _fleet(model: Path, folder: Path, policy: str, parallel: int) -> Iterator[str]:
+def _fleet(model: Path, folder: Path, policy: str | None, parallel: int) -> Iterator[str]:
     with ExitStack() as stack:
         rows = []
         for name in ("w1", "w2"):
@@ -97,9 +116,9 @@ def _fleet(model: Path, folder: Path, policy: str, parallel: int) -> Iterator[st
                 " worker_stats: true}\n"
             )
         config = folder / "gateway.yaml"
+        line = "" if policy is None else f", policy: {policy}"
         config.write_text(
-            f"deployments:\n{''.join(rows)}models:\n"
-            f"  agent: {{candidates: [w1, w2], policy: {policy}}}\n"
+            f"deployments:\n{''.join(rows)}models:\n  agent: {{candidates: [w1, w2]{line}}}\n"
         )
         port = _port()
         command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
@@ -123,11 +142,20 @@ def _session(url: str, index: int, turns: int, tally: Tally) -> None:
             answer = response.json()
             usage = answer["usage"]
             details = usage.get("prompt_tokens_details") or {}
+            cached = details.get("cached_tokens") or 0
+            deployment = response.headers["x-shunter-deployment"]
             with tally.lock:
                 tally.prompt += usage["prompt_tokens"]
-                tally.cached += details.get("cached_tokens") or 0
+                tally.cached += cached
                 tally.latencies.append(elapsed)
-                tally.placed[response.headers["x-shunter-deployment"]] += 1
+                tally.placed[deployment] += 1
+                placed = tally.homes.setdefault(index, [])
+                if placed and placed[-1] != deployment:
+                    tally.moves.append(response.headers["x-shunter-route"])
+                placed.append(deployment)
+                if turn:
+                    tally.follow_prompt += usage["prompt_tokens"]
+                    tally.follow_cached += cached
             messages += [
                 {"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
                 {"role": "user", "content": f"step {turn}: the tests say\n" + _output(index, turn)},
@@ -140,7 +168,7 @@ def _output(session: int, turn: int) -> str:
                    for i in range(24))  # fmt: skip
 
 
-def run(model: Path, policy: str, sessions: int, turns: int, parallel: int) -> Tally:
+def run(model: Path, policy: str | None, sessions: int, turns: int, parallel: int) -> Tally:
     tally = Tally()
     with (
         tempfile.TemporaryDirectory() as folder,
@@ -162,24 +190,38 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--parallel", type=int, default=4, help="sequences per worker")
     parser.add_argument("--size", choices=["tiny", "bench"], default="tiny")
+    parser.add_argument("--only", help="comma-separated policy names (default: all)")
     args = parser.parse_args()
+    chosen = args.only.split(",") if args.only else list(POLICIES)
     with tempfile.TemporaryDirectory() as folder:
         model = write_demo_model(Path(folder) / f"{args.size}.gguf", args.size)
         results = {
             name: run(model, policy, args.sessions, args.turns, args.parallel)
             for name, policy in POLICIES.items()
+            if name in chosen
         }
-    base = results["affinity"]
+    base = results.get("affinity") or next(iter(results.values()))
     base_share = base.cached / max(base.prompt, 1)
     print(f"{args.sessions} sessions x {args.turns} turns, 2 workers x {args.parallel} seqs")
-    print(f"{'policy':<14} {'cached':>7} {'vs aff':>7} {'mean s':>7} {'p90 s':>7}  placed")
+    print(
+        f"{'policy':<14} {'cached':>7} {'vs aff':>7} {'follow':>7} {'stayed':>7} "
+        f"{'mean s':>7} {'p90 s':>7}  sessions per engine"
+    )
     for name, tally in results.items():
         share = tally.cached / max(tally.prompt, 1)
+        follow = tally.follow_cached / max(tally.follow_prompt, 1)
+        stayed, follow_ups = tally.stayed()
         p90 = statistics.quantiles(tally.latencies, n=10)[-1]
         mean = statistics.mean(tally.latencies)
         ratio = share / base_share if base_share else float("nan")
-        placed = dict(sorted(tally.placed.items()))
-        print(f"{name:<14} {share:>7.1%} {ratio:>6.2f}x {mean:>7.3f} {p90:>7.3f}  {placed}")
+        print(
+            f"{name:<14} {share:>7.1%} {ratio:>6.2f}x {follow:>7.1%} "
+            f"{f'{stayed}/{follow_ups}':>7} {mean:>7.3f} {p90:>7.3f}  "
+            f"{tally.sessions_per_engine()}"
+        )
+    for name, tally in results.items():
+        for reason in tally.moves:
+            print(f"{name} moved: {reason}")
 
 
 if __name__ == "__main__":

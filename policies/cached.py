@@ -1,5 +1,5 @@
 """The ``cached_prefix`` ranker: a conversation stays where its prefix is cached, until
-that engine is too slow for it.
+the wait there costs more than moving it.
 
 Each turn of a long conversation resends the whole history; what it costs is mostly the
 part the chosen engine does not hold in its KV cache. For every candidate the step finds
@@ -8,14 +8,23 @@ and predicts TTFT with only the uncached tokens to prefill (:func:`predict_ttft_
 
 The *home* is the candidate holding the longest prefix of this conversation past the start
 many conversations share (tools and system prompt, ``RequestFacts.prefix_shared``; holding
-only that start makes no home, so new conversations spread by predicted TTFT). Between
-equal ones, and where none holds any, the request's session id picks the home by
-rendezvous hashing; with no session id, there is none. Candidates rank by predicted
-TTFT, the home's less ``margin_ms``: it keeps the request unless another is predicted
-faster by more than the margin (its queue grew: "sticky until saturated"). Engines (they
-report sequences) rank before APIs unless ``engines_first: false``. Put ``slo`` before it,
-and a home predicted to miss the target loses the request at once (spill) to an API that
-is predicted to meet it (or is not measured yet).
+only that start makes no home). Between equal ones, and where none holds any, the request's
+session id picks the home by rendezvous hashing; with no session id, there is none.
+
+Leaving the home costs more than this request's TTFT elsewhere shows: the other engine
+prefills again everything the home holds, and that prefill delays the sequences it is
+already running. So every other candidate's key is its predicted TTFT plus that *move*:
+the tokens the home holds beyond its own, at its measured prefill rate (the home's when it
+has none yet; ``margin_ms`` when neither is measured, or the home holds no more than it: a
+session's hashed home). A request leaves home only when the wait there is longer than the
+move: sticky until saturated, and the decision says so (``cached_prefix: left ...``).
+
+What many conversations share pulls none of them: for ranking, a candidate holding only
+that start is counted as if it held nothing, so new conversations spread by load instead of
+piling onto the engine that served the first of them. Engines (they report sequences) rank
+before APIs unless ``engines_first: false``. Put ``slo`` before it, and a home predicted to
+miss the target loses the request at once (spill) to an API that is predicted to meet it
+(or is not measured yet).
 
 A candidate without a predicted TTFT ranks as if it took 0 ms while it has a free slot (it
 gets traffic, and so gets measured; plus its busy share of a millisecond, so that a burst
@@ -44,8 +53,9 @@ NOT_AN_ENGINE_MS = 1e12
 
 
 class CachedPrefixArgs(BaseModel):
-    """``cached_prefix: {margin_ms: 250, engines_first: true}``: how much faster another
-    candidate must be predicted than the home before the request leaves it; whether
+    """``cached_prefix: {margin_ms: 250, engines_first: true}``: what leaving the home
+    costs where no prefill rate is measured to price the move (or the home holds no more
+    than the other: a session's hashed home); whether
     engines (candidates that report their sequences: local and worker engines) rank
     before the rest (APIs), which then take a request only where an earlier step (``slo``)
     put them ahead."""
@@ -69,12 +79,35 @@ class _Estimate:
 
 def _estimate(ctx: RouteContext, cand: Candidate) -> _Estimate:
     ttft = predict_ttft_ms(ctx.request, cand)
+    held = held_prefix(ctx.request, cand)
     if ttft is not None:
-        key = ttft
+        key = ttft + _shared_only_ms(ctx, cand, held)
     else:
         wait = queue_wait_ms(ctx.request, cand)
         key = UNMEASURED_QUEUE_MS if wait is None or wait > 0 else _busy_share(cand)
-    return _Estimate(held_prefix(ctx.request, cand), ttft, key)
+    return _Estimate(held, ttft, key)
+
+
+def _shared_only_ms(ctx: RouteContext, cand: Candidate, held: HeldPrefix | None) -> float:
+    """The prefill a candidate holding only the shared start is spared: added back to its
+    key, so that the start every conversation sends does not pull new ones onto it."""
+    rate = cand.live.prefill_tokens_per_s
+    if held is None or held.link >= ctx.request.prefix_shared or not rate:
+        return 0.0
+    return 1000.0 * held.tokens / rate
+
+
+def _move_ms(
+    cands: list[Candidate], ests: list[_Estimate], home: int, to: int, margin: float
+) -> float:
+    """What moving the conversation from ``home`` to ``to`` costs: re-prefilling there what
+    the home holds beyond what ``to`` holds, at ``to``'s prefill rate (else the home's),
+    else ``margin``."""
+    extra = ests[home].cached - ests[to].cached
+    rate = cands[to].live.prefill_tokens_per_s or cands[home].live.prefill_tokens_per_s
+    if extra <= 0 or not rate:
+        return margin
+    return 1000.0 * extra / rate
 
 
 def _busy_share(cand: Candidate) -> float:
@@ -115,40 +148,39 @@ class CachedPrefix(Step):
 
     def _keys(
         self, ctx: RouteContext, cands: list[Candidate]
-    ) -> tuple[list[_Estimate], list[float], int | None, str | None]:
+    ) -> tuple[list[_Estimate], list[float], list[float], int | None, str | None]:
+        """Estimates, each candidate's own key (its note's score), its key with the move
+        from the home added (what ranks), the home and the remark when it is left."""
         ests = [_estimate(ctx, cand) for cand in cands]
-        keys = [e.key for e in ests]
+        base = [e.key for e in ests]
         if self.args.engines_first:
-            keys = [k if c.live.slots_total is not None else k + NOT_AN_ENGINE_MS
-                    for k, c in zip(keys, cands, strict=True)]  # fmt: skip
+            base = [k if c.live.slots_total is not None else k + NOT_AN_ENGINE_MS
+                    for k, c in zip(base, cands, strict=True)]  # fmt: skip
         home = _home(ctx, cands, ests)
+        if home is None:
+            return ests, base, base, None, None
+        margin = self.args.margin_ms
+        moves = [0.0 if i == home else _move_ms(cands, ests, home, i, margin)
+                 for i in range(len(cands))]  # fmt: skip
+        keys = [key + move for key, move in zip(base, moves, strict=True)]
+        best = min(range(len(keys)), key=lambda i: (keys[i], i))
         remark = None
-        if home is not None:
-            keys[home] -= self.args.margin_ms
-            best = min(range(len(keys)), key=lambda i: (keys[i], i))
-            if best != home and ests[home].cached > 0:
-                remark = self._left(cands, ests, home, best)
-        return ests, keys, home, remark
-
-    def _left(self, cands: list[Candidate], ests: list[_Estimate], home: int, best: int) -> str:
-        return (
-            f"cached_prefix: left {cands[home].name} (holds ~{ests[home].cached} tok, "
-            f"ttft~{_ms(ests[home].ttft_ms)}ms) for {cands[best].name} "
-            f"(ttft~{_ms(ests[best].ttft_ms)}ms, margin {self.args.margin_ms:g}ms)"
-        )
+        if best != home and ests[home].cached > 0:
+            remark = _left(cands, ests, home, best, moves[best])
+        return ests, base, keys, home, remark
 
     def apply(self, ctx: RouteContext, entries: list[Entry]) -> StepOutcome:
-        """Append each entry's key (predicted TTFT, the home's less the margin)."""
-        ests, keys, home, remark = self._keys(ctx, [e.candidate for e in entries])
+        """Append each entry's key (predicted TTFT, plus the move from the home)."""
+        ests, base, keys, home, remark = self._keys(ctx, [e.candidate for e in entries])
         for i, entry in enumerate(entries):
             entry.keys.append(keys[i])
             detail = _detail(ests[i], i == home)
-            entry.notes.append(StepNote(self.name, "score", detail, keys[i]))
+            entry.notes.append(StepNote(self.name, "score", detail, base[i]))
         return StepOutcome(kept=entries, remark=remark)
 
     def apply_fast(self, ctx: RouteContext, cands: list[Candidate]) -> FastOutcome:
         """:meth:`apply`'s keys; the home's note is kept for the candidates noted."""
-        _, keys, home, remark = self._keys(ctx, cands)
+        _, _, keys, home, remark = self._keys(ctx, cands)
         special: dict[int, StepNote] = {}
         if home is not None:
             est = _estimate(ctx, cands[home])
@@ -156,7 +188,8 @@ class CachedPrefix(Step):
         return FastOutcome(list(range(len(cands))), keys=keys, remark=remark, special=special)
 
     def note(self, ctx: RouteContext, cand: Candidate) -> StepNote:
-        """A score note for a candidate that is not the home."""
+        """A score note for a candidate that is not the home (its own key: the move from
+        the home ranks it, the note does not carry it)."""
         est = _estimate(ctx, cand)
         key = est.key
         if self.args.engines_first and cand.live.slots_total is None:
@@ -167,6 +200,14 @@ class CachedPrefix(Step):
         """The step with its margin (and ``engines_first`` when off)."""
         text = f"{self.name}(margin_ms={self.args.margin_ms:g}"
         return text + (")" if self.args.engines_first else ",engines_first=False)")
+
+
+def _left(cands: list[Candidate], ests: list[_Estimate], home: int, best: int, move: float) -> str:
+    return (
+        f"cached_prefix: left {cands[home].name} (holds ~{ests[home].cached} tok, "
+        f"ttft~{_ms(ests[home].ttft_ms)}ms) for {cands[best].name} "
+        f"(ttft~{_ms(ests[best].ttft_ms)}ms, move ~{move:.0f}ms)"
+    )
 
 
 def _ms(value: float | None) -> str:

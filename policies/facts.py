@@ -165,7 +165,8 @@ class LiveFigures:
     full (all streams together); ``prefill_tokens_per_s`` its prompt-processing rate (as
     llama.cpp's ``prompt_tokens_seconds`` reports it). ``prefill_backlog_tokens`` counts
     prompt tokens of requests sent to the deployment that have not had their first token
-    yet (the gateway knows this itself): a new prompt waits for them. Queue wait comes
+    yet, less what the engine held of each (the gateway knows this itself): a new prompt
+    waits for them. Queue wait comes
     from ``ewma_service_ms`` (how long a request holds a slot) and ``departures_per_s``
     (requests finished per second, recently). ``kv_used``/``kv_total`` are in any
     consistent unit (tokens, blocks, bytes). ``queue_limit`` is the most requests the

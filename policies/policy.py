@@ -10,6 +10,7 @@ each decision) as data for the dispatcher.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -31,11 +32,14 @@ class Policy:
     """Configured steps (and optional hedging), ready to route requests.
 
     ``source`` keeps the list as written, for display and for writing the config back.
+    ``default_note``: where the config named no policy, which default this is and why
+    (:mod:`policies.defaults`); every decision says it last among its remarks.
     """
 
     steps: tuple[Step, ...]
     hedge: Hedge | None = None
     source: tuple[object, ...] = ()
+    default_note: str | None = None
 
     @classmethod
     def parse(
@@ -79,7 +83,8 @@ class Policy:
     def describe(self) -> str:
         """The steps in order, e.g. ``healthy > slo(ttft_ms=500.0) > cheapest``."""
         text = " > ".join(step.describe() for step in self.steps)
-        return text + (f" (hedge after {self.hedge.after_ms:g}ms)" if self.hedge else "")
+        text += f" (hedge after {self.hedge.after_ms:g}ms)" if self.hedge else ""
+        return text + (f" (default {self.default_note})" if self.default_note else "")
 
     @property
     def reads_live(self) -> bool:
@@ -105,7 +110,7 @@ class Policy:
         if not explain:
             fast = route_fast(self.steps, self.hedge, request, candidates, now)
             if fast is not None:
-                return fast
+                return self._noted(fast)
         ctx = RouteContext(request, now)
         entries = [Entry(candidate, index) for index, candidate in enumerate(candidates)]
         dropped: list[Entry] = []
@@ -118,11 +123,22 @@ class Policy:
             if outcome.remark:
                 remarks.append(outcome.remark)
         entries.sort(key=lambda e: (tuple(e.keys), e.order))
-        return Decision(
-            ranked=tuple(_ranked(e) for e in entries),
-            dropped=tuple(_ranked(e) for e in dropped),
-            remarks=tuple(remarks),
-            hedge=self.hedge,
+        return self._noted(
+            Decision(
+                ranked=tuple(_ranked(e) for e in entries),
+                dropped=tuple(_ranked(e) for e in dropped),
+                remarks=tuple(remarks),
+                hedge=self.hedge,
+            )
+        )
+
+    def _noted(self, decision: Decision) -> Decision:
+        """The decision with the default's remark last (the steps' own come first: a
+        header cut to length keeps them)."""
+        if self.default_note is None:
+            return decision
+        return dataclasses.replace(
+            decision, remarks=(*decision.remarks, f"default {self.default_note}")
         )
 
 

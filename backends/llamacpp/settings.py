@@ -136,6 +136,9 @@ class LlamaCppSettings(DeploymentSettings):
         """The parameters the GGUF's tensors hold (reads its header only)."""
         return size_of_shape(shape_from_gguf(resolve_model_path(self.model)))
 
+    def reports_held_prefixes(self) -> bool:
+        return self.task == "generate" and self.prefix_cache
+
     def returns_logprobs(self) -> bool:
         """Text generation computes them from the raw logits when asked."""
         return self.task == "generate"

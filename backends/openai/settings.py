@@ -69,3 +69,6 @@ class OpenAICompatSettings(HTTPDeploymentSettings):
 
     def returns_logprobs(self) -> bool:
         return self.logprobs
+
+    def reports_held_prefixes(self) -> bool:
+        return self.worker_stats

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from backends.registry import DeploymentConfig
+from gateway.config.defaults import default_for
 from gateway.config.hosted import HostedSettings
 from gateway.config.mcp import McpSettings, McpToolGrant
 from policies.confidence import CascadeRule
@@ -94,7 +95,17 @@ class ModelRoute(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     candidates: list[str] = Field(min_length=1)
-    policy: PolicyField = Field(default_factory=Policy.default)
+    policy: PolicyField = Field(
+        default_factory=Policy.default,
+        description="how a deployment is picked; none: cached_prefix over interchangeable "
+        "engines, first otherwise (docs/routing.md)",
+    )
+    ttft_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="with no policy: the latency target of the default over interchangeable "
+        "engines (a home predicted to miss it spills to another candidate)",
+    )
     fallback: bool = True
     context_fallback: bool = Field(
         default=True,
@@ -128,6 +139,15 @@ class ModelRoute(BaseModel):
         description="the MCP servers (and tools of each) this model may be offered as hosted "
         "tools; none: all",
     )
+
+    @model_validator(mode="after")
+    def _target_without_policy(self) -> ModelRoute:
+        if self.ttft_ms is not None and "policy" in self.model_fields_set:
+            raise ValueError(
+                "ttft_ms is the default policy's target: with a policy, write "
+                "{slo: {ttft_ms: ...}} in it"
+            )
+        return self
 
     @model_validator(mode="after")
     def _cascade_can_escalate(self) -> ModelRoute:
@@ -341,6 +361,19 @@ class GatewayConfig(BaseModel):
                     f"hosted.stand_ins.{kind} names the unknown MCP server {stand_in.server!r}"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _default_policies(self) -> GatewayConfig:
+        """Each model naming no policy gets the default its candidates call for."""
+        deployments = {d.name: d for d in self.deployments}
+        models = dict(self.models)
+        for model, route in self.models.items():
+            if "policy" in route.model_fields_set:
+                continue
+            policy = default_for(route.candidates, deployments, route.ttft_ms)
+            if policy is not None:
+                models[model] = route.model_copy(update={"policy": policy})
+        return self.model_copy(update={"models": models})
 
     @functools.cached_property
     def _by_name(self) -> dict[str, DeploymentConfig]:

@@ -52,22 +52,50 @@ def test_the_gateways_own_requests_there_count_as_busy_slots(make: Make) -> None
     assert queue_wait_ms(REQ, make("idle", slots_total=1, slots_busy=0)) == 0.0
 
 
-def test_the_engine_holding_the_prefix_keeps_the_request_within_the_margin(make: Make) -> None:
-    home = make(
-        "home", held_prefixes={"sys": 250, "turn1": 400}, **{**FAST, "prefill_tokens_per_s": 300.0}
-    )
+def test_the_home_keeps_the_request_unless_its_wait_outweighs_the_move(make: Make) -> None:
+    """Leaving costs re-prefilling what the home holds (beyond what the other holds) at the
+    other's prefill rate: the home keeps a request predicted slower there by less."""
+    slow = {**FAST, "prefill_tokens_per_s": 300.0}
+    home = make("home", held_prefixes={"sys": 250, "turn1": 400}, **slow)
     other = make("other", held_prefixes={"sys": 250}, **FAST)
-    # home: 100 tokens at 300/s = 333 ms; other: 250 tokens at 1000/s = 250 ms
-    decision = Policy.parse(["cached_prefix"]).route(REQ, [other, home])
-    assert decision.names == ["home", "other"]
+    # home: 100 tokens at 300/s = 333 ms; other: 250 at 1000/s = 250 ms, + 150 to move
+    for margin in (0, 10, 250):
+        policy = Policy.parse([{"cached_prefix": {"margin_ms": margin}}])
+        decision = policy.route(REQ, [other, home])
+        assert decision.names == ["home", "other"] and decision.remarks == ()
     assert decision.ranked[0].notes[0].detail == "holds ~400 tok ttft~333ms home"
     assert decision.ranked[1].notes[0].detail == "holds ~250 tok ttft~250ms"
-    assert decision.remarks == ()
-    tight = Policy.parse([{"cached_prefix": {"margin_ms": 10}}]).route(REQ, [other, home])
-    assert tight.names == ["other", "home"]
-    assert tight.remarks == (
-        "cached_prefix: left home (holds ~400 tok, ttft~333ms) for other (ttft~250ms, margin 10ms)",
+    # a queue at home: 300 ms for a slot, longer than the move
+    full = {**slow, "slots_busy": 4, "ewma_service_ms": 1200.0}
+    queued = make("home", held_prefixes={"sys": 250, "turn1": 400}, **full)
+    left = Policy.parse(["cached_prefix"]).route(REQ, [other, queued])
+    assert left.names == ["other", "home"]
+    assert left.remarks == (
+        "cached_prefix: left home (holds ~400 tok, ttft~633ms) for other (ttft~250ms, move ~150ms)",
     )
+
+
+def test_with_no_prefill_rate_the_margin_prices_the_move(make: Make) -> None:
+    home = make("home", held_prefixes={"turn1": 400}, ewma_ttft_ms=400.0, slots_total=4)
+    other = make("other", ewma_ttft_ms=100.0, slots_total=4, slots_busy=0)
+    home = replace(home, live=replace(home.live, slots_busy=0))
+    assert Policy.parse(["cached_prefix"]).route(REQ, [home, other]).names == ["other", "home"]
+    sticky = Policy.parse([{"cached_prefix": {"margin_ms": 500}}])
+    assert sticky.route(REQ, [home, other]).names == ["home", "other"]
+
+
+def test_the_start_every_session_shares_does_not_pull_new_sessions(make: Make) -> None:
+    """An engine holding the shared system prompt ranks for a new session as if it held
+    none of it: otherwise the engine that served the first session gets every later one."""
+    warm = make("warm", held_prefixes={"sys": 250}, **FAST)  # 250 ms, 500 ms without "sys"
+    cold = make("cold", **FAST)  # 500 ms
+    new_session = replace(REQ, prefix_shared=1)
+    policy = Policy.parse(["cached_prefix"])
+    assert policy.route(new_session, [cold, warm]).names == ["cold", "warm"]
+    busier = make("warm", held_prefixes={"sys": 250}, **{**FAST, "slots_busy": 3})
+    assert policy.route(new_session, [busier, cold]).names[0] == "warm"  # a tie: the order
+    cold_queued = make("cold", **{**FAST, "slots_busy": 4, "ewma_service_ms": 400.0})
+    assert policy.route(new_session, [cold_queued, warm]).names == ["warm", "cold"]
 
 
 def test_holding_only_the_start_conversations_share_makes_no_home(make: Make) -> None:
@@ -182,7 +210,7 @@ def test_a_calibrated_ratio_keeps_the_conversation_home(make: Make) -> None:
     home = make("home", held_prefixes=DENSE, **{**FAST, "prefill_tokens_per_s": 300.0})
     policy = Policy.parse(["cached_prefix"])
     guessed = make("other", **FAST)  # 500 estimated tokens: 500 ms to home's 1000 ms
-    assert policy.route(REQ, [home, guessed]).names == ["other", "home"]
+    assert predict_ttft_ms(REQ, guessed) == 500.0 and predict_ttft_ms(REQ, home) == 1000.0
     measured = make("other", tokens_per_char=0.75, **FAST)  # 1500 tokens: 1500 ms
     decision = policy.route(REQ, [home, measured])
     assert decision.names == ["home", "other"]

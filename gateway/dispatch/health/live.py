@@ -40,10 +40,13 @@ class Attempt:
 
     tracker: DeploymentTracker
     prompt_tokens: int
+    """Its prompt as the gateway estimated it (what a reported count is compared with)."""
     started: float
     first_token_at: float | None = None
     done: bool = False
     session: str | None = None
+    backlog_tokens: int = 0
+    """Its tokens in the deployment's prefill backlog (what the engine does not hold)."""
 
     def first_token(self) -> None:
         if self.first_token_at is None:
@@ -103,9 +106,10 @@ class DeploymentTracker:
         session: str | None = None,
     ) -> Attempt:
         self.in_flight += 1
-        self.prefill_backlog_tokens += prompt_tokens
+        backlog = self._uncached(prompt_tokens, chain)
+        self.prefill_backlog_tokens += backlog
         self.sent.record(chain, prompt_tokens)
-        return Attempt(self, prompt_tokens, self.clock(), session=session)
+        return Attempt(self, prompt_tokens, self.clock(), session=session, backlog_tokens=backlog)
 
     def learn_prompt(self, estimated: int, reported: int, session: str | None = None) -> None:
         """The deployment counted ``reported`` prompt tokens where the gateway estimated
@@ -135,9 +139,22 @@ class DeploymentTracker:
             expected = max(expected, self._session_prompts.get(session, 0))
         return expected
 
+    def _uncached(self, prompt_tokens: int, chain: Sequence[tuple[str, int]]) -> int:
+        """The part of a prompt the engine must prefill: what the figures last built say it
+        does not hold, by share of characters. A follow-up turn mostly cached there adds
+        its new tokens to the backlog, not its whole history."""
+        last = self._last
+        if last is None or not chain or chain[-1][1] <= 0:
+            return prompt_tokens
+        held = last[1].held_prefixes
+        for link, chars in reversed(chain):
+            if link in held:
+                return math.ceil(prompt_tokens * (1.0 - chars / chain[-1][1]))
+        return prompt_tokens
+
     def on_first_token(self, attempt: Attempt) -> None:
         assert attempt.first_token_at is not None
-        self.prefill_backlog_tokens -= attempt.prompt_tokens
+        self.prefill_backlog_tokens -= attempt.backlog_tokens
         self.ewma_ttft_ms = _ewma(
             self.ewma_ttft_ms, (attempt.first_token_at - attempt.started) * 1000
         )
@@ -146,7 +163,7 @@ class DeploymentTracker:
         now = self.clock()
         self.in_flight -= 1
         if attempt.first_token_at is None:
-            self.prefill_backlog_tokens -= attempt.prompt_tokens
+            self.prefill_backlog_tokens -= attempt.backlog_tokens
         self.error_rate = _ewma(self.error_rate, 1.0 if failed else 0.0)
         if failed:
             return

@@ -61,6 +61,27 @@ def test_route_explains_each_step(
     assert out.strip().splitlines()[-1].startswith("route: local")
 
 
+def test_route_says_which_default_applied_and_why(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "defaults.yaml"
+    path.write_text(
+        "deployments:\n"
+        f"  - {{name: e1, backend: llamacpp, model: '{tiny_model}'}}\n"
+        f"  - {{name: e2, backend: llamacpp, model: '{tiny_model}'}}\n"
+        "  - {name: api, backend: openai, model: gpt-4o-mini}\n"
+        "models:\n  pair: {candidates: [e1, e2]}\n  ordered: {candidates: [e1, api]}\n"
+    )
+    assert main(["route", "--config", str(path), "--model", "pair"]) == 0
+    out = capsys.readouterr().out
+    assert "policy healthy > capable > fits_memory > cached_prefix(margin_ms=250) (default " in out
+    last = out.strip().splitlines()[-1]
+    assert last.endswith("; default cached_prefix: 2 interchangeable llamacpp engines"), last
+    assert main(["route", "--config", str(path), "--model", "ordered"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "route: e1 by first config order; default first: e1, api differ in model"
+
+
 def test_route_with_too_long_request_has_no_candidate(
     tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

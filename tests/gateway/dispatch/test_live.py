@@ -74,6 +74,20 @@ def test_prefixes_sent_count_as_held_until_the_engine_can_say_so() -> None:
     assert dict(tracker.figures(reported).held_prefixes) == {"sys": 240, "older": 90}
 
 
+def test_a_mostly_cached_prompt_adds_only_its_new_part_to_the_prefill_backlog() -> None:
+    clock = Clock()
+    tracker = DeploymentTracker(clock=clock)
+    reported = LiveStats(held_prefixes={"sys": 240, "turn": 480})
+    assert tracker.figures(reported).prefill_backlog_tokens == 0
+    follow_up = tracker.begin(600, (("sys", 1000), ("turn", 2000), ("turn2", 2500)))
+    assert tracker.figures(reported).prefill_backlog_tokens == 120  # 500 of 2500 chars new
+    stranger = tracker.begin(600, (("other", 2500),))
+    assert tracker.figures(reported).prefill_backlog_tokens == 720
+    follow_up.first_token()
+    stranger.finish(None, failed=True)
+    assert tracker.figures(reported).prefill_backlog_tokens == 0
+
+
 def test_the_engines_tokens_per_character_come_from_its_reports() -> None:
     """An engine reporting links the gateway sent says how many of its tokens a character
     is: each new report is folded in once, and links sent since are that deep."""
