@@ -12,7 +12,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements-dev.lo
   if [ ! -f "$stamp" ]; then
     echo "setup: installing Shunter and its locked dependencies into .venv (once)."
     echo "setup: most of the time goes to compiling llama.cpp (llama-cpp-python builds it from"
-    echo "setup: source): about 5 minutes in all on an idle 2-core machine, longer on a busy one."
+    echo "setup: source): about 3 to 4 minutes on an idle 2-core machine, longer on a busy one."
   fi
   # pip says nothing while it downloads and compiles: a line every 30 s says it is alive
   start=$SECONDS
