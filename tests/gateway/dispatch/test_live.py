@@ -88,6 +88,18 @@ def test_a_mostly_cached_prompt_adds_only_its_new_part_to_the_prefill_backlog() 
     assert tracker.figures(reported).prefill_backlog_tokens == 0
 
 
+def test_a_cached_prompt_is_learned_against_its_whole_estimate() -> None:
+    """Only the uncached part of a follow-up waits in the backlog, but the upstream counts
+    the whole prompt: that count is compared with the whole estimate, so a prompt counted
+    as estimated teaches no ratio above one."""
+    tracker = DeploymentTracker(clock=Clock())
+    tracker.figures(LiveStats(held_prefixes={"sys": 240, "turn": 480}))
+    follow_up = tracker.begin(600, (("sys", 1000), ("turn", 2000), ("turn2", 2500)))
+    follow_up.first_token()
+    follow_up.finish(10, prompt_tokens=600)
+    assert tracker.expected_prompt(600) == 600
+
+
 def test_the_engines_tokens_per_character_come_from_its_reports() -> None:
     """An engine reporting links the gateway sent says how many of its tokens a character
     is: each new report is folded in once, and links sent since are that deep."""
