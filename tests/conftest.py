@@ -104,7 +104,7 @@ def _start_once(
                 raise PortTakenError(text)
             raise RuntimeError(f"server exited with {process.returncode}:\n{text}")
         try:
-            if "listening" in server.log() and _ready(server):
+            if _ready(server):
                 return server
         except httpx.TransportError:
             pass
@@ -114,7 +114,20 @@ def _start_once(
 
 
 def _ready(server: Server) -> bool:
-    return httpx.get(f"{server.base_url}/health/readiness", timeout=1).status_code == 200
+    """Whether the server answers ready, from its own process or one of its workers."""
+    answer = httpx.get(f"{server.base_url}/health/readiness", timeout=1)
+    if answer.status_code != 200:
+        return False
+    pid = answer.json().get("pid")
+    return pid == server.process.pid or _parent(pid) == server.process.pid
+
+
+def _parent(pid: object) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
 
 
 def stop_server(server: Server) -> None:
