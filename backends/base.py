@@ -20,6 +20,8 @@ and callers read it before they call (it is the one place that says so):
 * ``native`` / ``native_stream`` / ``count_native_tokens``: a client API (Anthropic's
   Messages) spoken natively by the upstream (``native_apis``);
 * ``count_tokens``: a chat prompt's exact token count (``count_tokens``);
+* ``export_kv`` / ``import_kv``: one sequence's KV cache moved to another engine
+  (``kv_move``; the header and wire: :mod:`backends.kv`);
 * ``health``: a cheap probe; by default the backend's own state (not stalled).
 
 A backend that wraps another derives from :class:`backends.wrapper.WrapperBackend`, which
@@ -39,6 +41,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from backends.kv import KvHeader, KvImported
 from gateway.errors import InvalidRequestError
 from gateway.planner import Device, MemoryPlan, ModelSize
 from gateway.protocol import (
@@ -226,6 +229,11 @@ class DeploymentSettings(BaseModel):
         conversations by prefix reads)."""
         return False
 
+    def kv_move_limits(self) -> tuple[int, float] | None:
+        """The most bytes one sequence's KV state imported here may take, and the seconds
+        a move may last; ``None``: its engine moves no KV."""
+        return None
+
     # what it needs from the machine it runs on (``check-config``, and before serving)
 
     def upstream_url(self) -> str | None:
@@ -277,6 +285,9 @@ class Capabilities:
     messages_drop: frozenset[str] = frozenset(MESSAGES_DROP)
     """What a Messages request translated for it may lose, reported (the settings'
     ``messages_drop``)."""
+    kv_move: bool = False
+    """Exports and imports one sequence's KV cache (:meth:`Backend.export_kv`,
+    :meth:`~Backend.import_kv`)."""
 
     def reads(self, kind: str) -> bool:
         """Whether a content part of type ``kind`` may be sent here (see
@@ -312,6 +323,9 @@ class LiveStats:
     held_prefixes: Mapping[str, int] = field(default_factory=dict, hash=False)
     """Prefix links (``gateway.protocol.prefix``) whose KV its sequences hold, each with
     its depth in tokens: a bounded set, refreshed as sequences are filled and trimmed."""
+    kv_fingerprint: str | None = None
+    """The digest of what a KV state moved here must have been computed with
+    (:class:`backends.kv.KvFingerprint`); ``None``: it takes no KV moves (or not yet)."""
 
 
 class NotSupportedError(InvalidRequestError):
@@ -396,6 +410,20 @@ class Backend(ABC):
         """The upstream's own count of the prompt tokens of ``body``
         (``api`` in ``capabilities.native_apis``)."""
         raise self.not_supported(f"native {api} requests")
+
+    async def export_kv(self, link: str) -> tuple[KvHeader, AsyncIterator[bytes]]:
+        """The KV state of a sequence holding the prefix link ``link``: its header and its
+        bytes, in chunks (``capabilities.kv_move``). 404 ``kv_not_found`` when no sequence
+        holds it; 409 ``kv_busy`` when only a running one does."""
+        raise self.not_supported("KV moves")
+
+    async def import_kv(self, header: KvHeader, chunks: AsyncIterator[bytes]) -> KvImported:
+        """Take a state :meth:`export_kv` gave (elsewhere) into a free sequence, whose
+        prefix cache then holds ``header.tokens`` (``capabilities.kv_move``). 409
+        ``kv_mismatch`` for another engine's fingerprint, 413 past the size bound, 503
+        with ``retry-after`` when no sequence is free; a stream that ends early or fails
+        leaves no sequence changed."""
+        raise self.not_supported("KV moves")
 
     async def health(self, timeout_s: float) -> bool | None:
         """Whether it is up: ``True`` up, ``False`` down, ``None`` cannot tell. Probed in

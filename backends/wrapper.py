@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 
 from backends.base import Backend, Capabilities, LiveStats
+from backends.kv import KvHeader, KvImported
 from gateway.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -87,6 +88,12 @@ class WrapperBackend(Backend):
         self, api: str, body: bytes, headers: Mapping[str, str] | None = None
     ) -> int:
         return await self._backend.count_native_tokens(api, body, headers)
+
+    async def export_kv(self, link: str) -> tuple[KvHeader, AsyncIterator[bytes]]:
+        return await self._backend.export_kv(link)
+
+    async def import_kv(self, header: KvHeader, chunks: AsyncIterator[bytes]) -> KvImported:
+        return await self._backend.import_kv(header, chunks)
 
     async def health(self, timeout_s: float) -> bool | None:
         return await self._backend.health(timeout_s)

@@ -9,6 +9,7 @@
     ├── PermissionDeniedError (403)
     ├── NotFoundError (404)
     │   └── ModelNotFoundError (404, code model_not_found)
+    ├── ConflictError (409, the target's state does not allow it: busy, incompatible)
     ├── RateLimitError (429)
     ├── UpstreamError (502, keeps the upstream's status, body and retry-after)
     │   └── StreamCutError (502, the connection or stream was cut before the answer ended)
@@ -143,6 +144,15 @@ class ModelNotFoundError(NotFoundError):
     served: tuple[str, ...] = ()
     """The models the gateway serves (the message lists those the caller may use)."""
     listed: bool = False
+
+
+class ConflictError(GatewayError):
+    """The request is well formed but conflicts with the target's state (a sequence in
+    use, a KV cache from an incompatible engine); ``code`` says which."""
+
+    status_code = 409
+    error_type = "invalid_request_error"
+    retryable = False
 
 
 class RateLimitError(GatewayError):

@@ -40,6 +40,7 @@ import structlog
 from backends.http import h1
 from backends.http.redact import Redactor
 from gateway.errors import (
+    ConflictError,
     ContextLengthExceededError,
     GatewayError,
     InvalidRequestError,
@@ -206,6 +207,12 @@ def _client_error(said: UpstreamSaid) -> GatewayError:
     return InvalidRequestError(message, code=code, param=param)
 
 
+def _conflict(said: UpstreamSaid) -> GatewayError:
+    return ConflictError(
+        said.detail, code=said.code, param=said.param, retry_after=said.retry_after
+    )
+
+
 def _rejected_credentials(said: UpstreamSaid) -> GatewayError:
     # what it said about our credentials is the operator's business: in the log only
     return UpstreamError(
@@ -256,6 +263,7 @@ def _failed(said: UpstreamSaid) -> GatewayError:
 _BY_STATUS: tuple[tuple[frozenset[int], bool, Callable[[UpstreamSaid], GatewayError]], ...] = (
     # statuses, counts against the deployment, the error
     (frozenset({400, 404, 413, 422}), False, _client_error),
+    (frozenset({409}), False, _conflict),
     (frozenset({401, 402, 403}), True, _rejected_credentials),
     (frozenset({408}), True, _timed_out),
     (frozenset({429}), True, _rate_limited),
@@ -274,6 +282,7 @@ def error_for_status(
     """Map an upstream error response onto the gateway's error tree (:data:`_BY_STATUS`).
 
     400/404/413/422: the client's fault, passed on, not a deployment failure.
+    409: a conflict with the upstream's state (a KV move it refuses), passed on.
     401/402/403: our credentials or account, 502 with ``x-should-retry: false`` (also
     Google's 400 for a key it will not take, by its ``ErrorInfo.reason``).
     408: 504. 429: 429 with retry-after (the header's, else Google's

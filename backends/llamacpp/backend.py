@@ -13,6 +13,7 @@ from contextlib import aclosing
 from typing import Any
 
 from backends.base import Backend, Capabilities, LiveStats, continues_final
+from backends.kv import KvHeader, KvImported
 from backends.llamacpp.continued import UNFINISHED
 from backends.llamacpp.embed import EmbeddingModel
 from backends.llamacpp.engine import LlamaEngine, LoadedModel
@@ -26,6 +27,7 @@ from backends.llamacpp.jobs import (
     start_of_text,
     usage_of,
 )
+from backends.llamacpp.kvmove import KvMover
 from backends.llamacpp.sampling import (
     Event,
     Finished,
@@ -81,6 +83,7 @@ class LlamaCppBackend(Backend):
         self._embedder: EmbeddingModel | None = None
         self._n_ctx = settings.n_ctx
         self._model_file = ""  # the GGUF's path, once started
+        self._kv: KvMover | None = None
 
     @property
     def name(self) -> str:
@@ -104,6 +107,7 @@ class LlamaCppBackend(Backend):
             count_tokens=True,
             messages_drop=frozenset(self._settings.messages_drop),
             clamp_output=self._settings.clamp_output,
+            kv_move=True,
         )
 
     @property
@@ -173,6 +177,21 @@ class LlamaCppBackend(Backend):
                 param="model",
             )
         return await self._embedder.embed(request, request.model)
+
+    # KV moves (``kvmove.py``) -----------------------------------------------------------
+
+    async def export_kv(self, link: str) -> tuple[KvHeader, AsyncIterator[bytes]]:
+        self._generating()
+        return await self._mover().export(link)
+
+    async def import_kv(self, header: KvHeader, chunks: AsyncIterator[bytes]) -> KvImported:
+        self._generating()
+        return await self._mover().load(header, chunks)
+
+    def _mover(self) -> KvMover:
+        if self._kv is None:
+            self._kv = KvMover(self.engine, self._settings)
+        return self._kv
 
     def _generating(self) -> None:
         if self._settings.task == "embed":

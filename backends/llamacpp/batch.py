@@ -15,7 +15,10 @@ One thread owns the context and loops:
    chain; finished sequences leave at once, keeping their KV as a prefix cache;
 4. post the step's text pieces and :class:`Finished` events to the event loop in one call.
 
-It sleeps on a condition while nothing is running or waiting. It stamps ``progress_at``
+Between admission and the step it runs at most one call handed over with
+:meth:`Scheduler.call` (reading or writing one sequence's KV state: ``kvstate.py``), so
+running decodes keep moving while such calls queue. It sleeps on a condition while nothing
+is running, waiting or called. It stamps ``progress_at``
 after every decode and when it is handed work while asleep; ``watchdog.py`` turns a stale
 stamp with work pending into a stall. A job it cannot place (no prompt tokens, a prompt that
 fills the sequence, token ids outside the vocabulary) fails alone at admission, and a running
@@ -33,50 +36,22 @@ from collections.abc import Callable
 from typing import Any
 
 from backends.llamacpp.held import HeldChains
+from backends.llamacpp.kvstate import SeqStates
 from backends.llamacpp.placement import Placement, check_prompt
-from backends.llamacpp.sampling import Event, Finished, TokenLogprob, token_logprob
-from backends.llamacpp.sequences import Deliver, Seq, Task, Ticket
+from backends.llamacpp.rates import Rates
+from backends.llamacpp.sampling import Finished, TokenLogprob, token_logprob
+from backends.llamacpp.sequences import Seq, Task, Ticket
 from backends.llamacpp.settings import BatchSettings
 from gateway.errors import GatewayError, ServiceUnavailableError
 
-RATE_WINDOW_S = 10.0
-
-
-Post = Callable[[list[tuple[Deliver, Event | BaseException]]], None]
+Done = Callable[[Any], None]
+"""Where a result goes on the event loop: a job's events, a call's answer."""
+Post = Callable[[list[tuple[Done, Any]]], None]
+Call = tuple[Callable[[SeqStates], Any], Done]
 
 
 def _nothing() -> None:
     pass
-
-
-class _Rates:
-    """Prefill and decode speed over the steps of the last ``RATE_WINDOW_S``: tokens per
-    second of the decode time of the steps that did that work (a step that did both counts
-    for both), so that an engine that is mostly idle still reports how fast it works, as
-    llama.cpp's own ``prompt_tokens_seconds`` does."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._samples: deque[tuple[float, int, int, float]] = deque()
-
-    def add(self, prefill: int, decode: int, seconds: float) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._samples.append((now, prefill, decode, seconds))
-            while self._samples and now - self._samples[0][0] > RATE_WINDOW_S:
-                self._samples.popleft()
-
-    def per_second(self) -> tuple[float | None, float | None]:
-        now = time.monotonic()
-        with self._lock:
-            recent = [s for s in self._samples if now - s[0] <= RATE_WINDOW_S]
-        return _speed(recent, 1), _speed(recent, 2)
-
-
-def _speed(samples: list[tuple[float, int, int, float]], column: int) -> float | None:
-    tokens = sum(s[column] for s in samples)
-    seconds = sum(s[3] for s in samples if s[column])
-    return tokens / seconds if tokens and seconds > 0 else None
 
 
 class Scheduler:
@@ -108,15 +83,17 @@ class Scheduler:
             prefix_cache=settings.prefix_cache,
             n_ctx_seq=self.n_ctx_seq,
         )
+        self.states = SeqStates(self._ctx, self._mem, self._seqs, self.held, self._placement)
         self._waiting: deque[Ticket] = deque()
+        self._calls: deque[Call] = deque()
         self._cond = threading.Condition()
         self._stopping = False
         self._asleep = False
         self._exited = self._orphaned = False
         self._then: Callable[[], None] = _nothing
         self._order = 0
-        self._outbox: list[tuple[Deliver, Event | BaseException]] = []
-        self.rates = _Rates()
+        self._outbox: list[tuple[Done, Any]] = []
+        self.rates = Rates()
         self.busy = 0
         self.kv_used = 0
         self.steps = 0
@@ -151,7 +128,7 @@ class Scheduler:
     @property
     def pending(self) -> bool:
         """Work is running or queued, or the thread died (then nothing will ever run)."""
-        return bool(self.busy or self._waiting) or not self._thread.is_alive()
+        return bool(self.busy or self._waiting or self._calls) or not self._thread.is_alive()
 
     # event-loop side ------------------------------------------------------------------
 
@@ -162,6 +139,17 @@ class Scheduler:
             if self._asleep:  # an idle thread's old stamp must not count against new work
                 self.progress_at = time.monotonic()
             self._waiting.append(ticket)
+            self._cond.notify()
+
+    def call(self, run: Callable[[SeqStates], Any], done: Done) -> None:
+        """Run ``run`` on the scheduler thread between two steps; ``done`` gets its result
+        or the exception it raised, on the event loop."""
+        with self._cond:
+            if self._stopping:
+                raise ServiceUnavailableError("the llama.cpp engine is shutting down")
+            if self._asleep:
+                self.progress_at = time.monotonic()
+            self._calls.append((run, done))
             self._cond.notify()
 
     def withdraw(self, ticket: Ticket) -> bool:
@@ -186,11 +174,14 @@ class Scheduler:
             self._stopping = True
             self._cond.notify()
             waiting, self._waiting = self._waiting, deque()
+            calls, self._calls = self._calls, deque()
             self._then = then
         for ticket in waiting:
             ticket.chain.free()
-        if waiting:
-            self._post([(t.deliver, _shut_down()) for t in waiting])
+        failed: list[tuple[Done, Any]] = [(t.deliver, _shut_down()) for t in waiting]
+        failed += [(done, _shut_down()) for _, done in calls]
+        if failed:
+            self._post(failed)
         self._thread.join(timeout_s)
         with self._cond:
             self._orphaned = not self._exited
@@ -233,7 +224,7 @@ class Scheduler:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not (self._stopping or self._waiting or self.busy):
+                while not (self._stopping or self._waiting or self.busy or self._calls):
                     self._asleep = True
                     self._cond.wait()
                 self._asleep = False
@@ -241,12 +232,15 @@ class Scheduler:
                     return
                 free = sum(1 for s in self._seqs if s.task is None)
                 admitted = [self._waiting.popleft() for _ in range(min(free, self.waiting))]
+                call = self._calls.popleft() if self._calls else None
             for ticket, seq in self._placement.match(admitted):
                 try:
                     self._admit(ticket, seq)
                 except Exception as exc:
                     ticket.chain.free()
                     self._outbox.append((ticket.deliver, _as_gateway_error(exc)))
+            if call is not None:
+                self._serve(*call)
             try:
                 self._step()
             except Exception as exc:  # a bug or a llama.cpp failure: fail the running jobs
@@ -268,6 +262,14 @@ class Scheduler:
         self.busy += 1
         self.prompt_tokens_total += len(job.prompt_tokens)
         self.prefix_hit_tokens += cached
+
+    def _serve(self, run: Callable[[SeqStates], Any], done: Done) -> None:
+        try:
+            result = run(self.states)
+        except Exception as exc:
+            result = _as_gateway_error(exc)
+        self.progress_at = time.monotonic()
+        self._outbox.append((done, result))
 
     def _drop_dead(self) -> None:
         """Cancelled jobs leave their sequences; so does a job with nothing to decode."""

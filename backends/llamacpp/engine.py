@@ -10,6 +10,10 @@ Closing the iterator returned by :meth:`LlamaEngine.run` (or cancelling the task
 it) cancels the job: a waiting job is withdrawn at once, a running one leaves its sequence at
 the scheduler's next step.
 
+A sequence's KV state moves out and in through :meth:`LlamaEngine.export_kv` and
+:meth:`LlamaEngine.import_kv`, run on the scheduler thread (``kvstate.py``); both wait for
+the engine's fingerprint, the model file's hash computed in a thread after the load.
+
 A watchdog (``watchdog.py``) looks at the scheduler from the event loop: when it has work and
 has made no progress for ``stall_timeout_s``, the engine is *stalled*. Its jobs then fail with
 503 ``engine_stalled``, new ones are refused the same way, and :meth:`LlamaEngine.stats` says
@@ -22,16 +26,24 @@ import asyncio
 import contextlib
 import ctypes
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from backends.base import LiveStats
-from backends.llamacpp.batch import Scheduler
+from backends.kv import KvFingerprint, KvHeader
+from backends.llamacpp.batch import Done, Scheduler
+from backends.llamacpp.kvstate import (
+    Buffer,
+    SeqStates,
+    model_fingerprint,
+    model_shape,
+    state_bound,
+)
 from backends.llamacpp.sampling import Event, Finished, GenerationJob, Sampling, build_chain
-from backends.llamacpp.sequences import Deliver, Ticket
+from backends.llamacpp.sequences import Ticket
 from backends.llamacpp.settings import BatchSettings
 from backends.llamacpp.watchdog import StallWatch, check_interval
 from gateway.common.periodic import Periodic
@@ -137,11 +149,15 @@ class LlamaEngine:
         self._job_s = 1.0  # moving average of a job's time in the engine, for retry-after
         self._watch = StallWatch(stall_timeout_s) if stall_timeout_s is not None else None
         self._watcher: Periodic | None = None
+        self._fingerprint: KvFingerprint | None = None
+        self._hashing: asyncio.Task[KvFingerprint] | None = None
+        self.state_bound = 0
+        """The most bytes one sequence's KV state takes here (a full sequence)."""
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
 
-        def post(items: list[tuple[Deliver, Event | BaseException]]) -> None:
+        def post(items: list[tuple[Done, Any]]) -> None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
                 loop.call_soon_threadsafe(_deliver_all, items)
 
@@ -153,7 +169,13 @@ class LlamaEngine:
                 model.close()
                 raise
 
-        self._model, self._scheduler = await asyncio.to_thread(load)
+        model, scheduler = await asyncio.to_thread(load)
+        self._model, self._scheduler = model, scheduler
+        settings = self._settings
+        self.state_bound = state_bound(model, scheduler.n_ctx_seq, settings.kv_cache_type)
+        shape = model_shape(model, settings.kv_cache_type, settings.flash_attn)
+        self._hashing = asyncio.create_task(asyncio.to_thread(model_fingerprint, self._path, shape))
+        self._hashing.add_done_callback(self._hashed)
         if self._watch is not None:
             self._watcher = Periodic(check_interval(self._watch.timeout_s), self._look)
             self._watcher.start()
@@ -171,6 +193,21 @@ class LlamaEngine:
     @property
     def n_ctx_per_slot(self) -> int:
         return self.scheduler.n_ctx_seq
+
+    @property
+    def kv_fingerprint(self) -> KvFingerprint | None:
+        """What a KV state moved here must have been computed with; ``None`` until the
+        model file is hashed."""
+        return self._fingerprint
+
+    def _hashed(self, task: asyncio.Task[KvFingerprint]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.warning("llamacpp_fingerprint_failed", deployment=self._name, error=str(error))
+            return
+        self._fingerprint = task.result()
 
     @property
     def stalled(self) -> bool:
@@ -196,6 +233,7 @@ class LlamaEngine:
             stalled=self.stalled,
             queue_limit=self._max_queue,
             held_prefixes=scheduler.held.report(),
+            kv_fingerprint=self._fingerprint.digest if self._fingerprint is not None else None,
         )
 
     async def run(self, job: GenerationJob) -> AsyncGenerator[Event, None]:
@@ -237,6 +275,45 @@ class LlamaEngine:
             job.cancelled.set()
             if scheduler.withdraw(ticket):
                 chain.free()
+
+    async def export_kv(self, link: str) -> tuple[KvHeader, Buffer]:
+        """The state of an idle sequence holding ``link`` (``kvstate.py``): its header and
+        a ctypes buffer of ``header.n_bytes``."""
+        fingerprint = self.ready_fingerprint()
+        result: tuple[KvHeader, Buffer] = await self._call(
+            lambda states: states.export(link, fingerprint, self._name)
+        )
+        return result
+
+    async def import_kv(self, header: KvHeader, buffer: Buffer) -> int:
+        """Write a state (checked: ``kvmove.py``) into a free sequence; its id."""
+        result: int = await self._call(lambda states: states.load(header, buffer))
+        return result
+
+    def ready_fingerprint(self) -> KvFingerprint:
+        """The fingerprint; 503 ``kv_not_ready`` while the model file is being hashed."""
+        if self._fingerprint is None:
+            raise ServiceUnavailableError(
+                f"deployment {self._name!r} is still hashing its model file; retry shortly",
+                code="kv_not_ready",
+                retry_after=1.0,
+            )
+        return self._fingerprint
+
+    async def _call(self, run: Callable[[SeqStates], Any]) -> Any:
+        """``run(states)`` on the scheduler thread, between two steps."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def done(result: Any) -> None:
+            if future.done():
+                return
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+        self.scheduler.call(run, done)
+        return await future
 
     def _check_capacity(self, scheduler: Scheduler) -> None:
         if len(self._live) < scheduler.parallel + self._max_queue:
@@ -281,6 +358,9 @@ class LlamaEngine:
         )
 
     async def aclose(self) -> None:
+        if self._hashing is not None:
+            self._hashing.cancel()  # the thread reads the file to its end, alone
+            self._hashing = None
         if self._watcher is not None:
             await self._watcher.stop()
             self._watcher = None
@@ -297,7 +377,7 @@ class LlamaEngine:
                 ticket.deliver(ServiceUnavailableError("the llama.cpp engine shut down"))
 
 
-def _deliver_all(items: list[tuple[Deliver, Event | BaseException]]) -> None:
+def _deliver_all(items: list[tuple[Done, Any]]) -> None:
     for deliver, event in items:
         deliver(event)
 

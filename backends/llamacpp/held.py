@@ -54,6 +54,15 @@ class HeldChains:
         self._links[target] = self._links[source]
         self._version += 1
 
+    def links(self, seq_id: int) -> tuple[Link, ...]:
+        """The links the sequence holds, shallowest first."""
+        return self._links[seq_id]
+
+    def assign(self, seq_id: int, links: Sequence[Link]) -> None:
+        """The sequence now holds ``links`` (hash, depth in tokens): a state moved in."""
+        self._links[seq_id] = tuple(sorted(links, key=_depth))
+        self._version += 1
+
     def owners(self, chain: Sequence[Link], shared: int) -> set[int]:
         """The sequences holding a link of ``chain`` past its first ``shared`` links: the
         ones holding this conversation (not just the start many conversations share)."""

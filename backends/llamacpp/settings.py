@@ -108,6 +108,19 @@ class LlamaCppSettings(DeploymentSettings):
         ),
     )
 
+    kv_move_max_mb: int = Field(
+        default=2048,
+        ge=1,
+        description=(
+            "the largest KV state of one sequence it imports, in MiB (never more than a "
+            "full sequence takes here); a larger one is refused with 413 before it is read"
+        ),
+    )
+    kv_move_timeout_s: Annotated[Seconds, Field(gt=0)] = Field(
+        default=300.0,
+        description="time for a KV state to arrive whole (import) or be sent (export)",
+    )
+
     @model_validator(mode="after")
     def _quantized_kv_needs_flash_attn(self) -> LlamaCppSettings:
         if self.kv_cache_type != "f16" and self.flash_attn is False:
@@ -142,6 +155,12 @@ class LlamaCppSettings(DeploymentSettings):
     def returns_logprobs(self) -> bool:
         """Text generation computes them from the raw logits when asked."""
         return self.task == "generate"
+
+    def kv_move_limits(self) -> tuple[int, float] | None:
+        """A text-generation engine moves its sequences' KV: its bounds (bytes, seconds)."""
+        if self.task != "generate":
+            return None
+        return self.kv_move_max_mb << 20, self.kv_move_timeout_s
 
     def _device(self, devices: Mapping[str, Device]) -> Device | None:
         """The named device; without a name host RAM when no layer is offloaded, else the

@@ -31,6 +31,7 @@ from typing import Literal, TypeVar
 import structlog
 
 from backends.base import Backend, LiveStats
+from backends.kv import KvHeader, KvImported, kv_not_found
 from backends.llamacpp.settings import LlamaCppSettings, find_model
 from backends.registry import DeploymentConfig, create_backend
 from backends.wrapper import WrapperBackend
@@ -236,6 +237,17 @@ class ResidentBackend(WrapperBackend):
     async def embeddings(self, request: EmbeddingRequest) -> EmbeddingResponse:
         async with self._use() as backend:
             return await backend.embeddings(request)
+
+    async def export_kv(self, link: str) -> tuple[KvHeader, AsyncIterator[bytes]]:
+        """A loaded engine's sequence; an unloaded model holds none (nothing is loaded)."""
+        if self.state != "loaded":
+            raise kv_not_found(self.name, link)
+        async with self._use() as backend:
+            return await backend.export_kv(link)
+
+    async def import_kv(self, header: KvHeader, chunks: AsyncIterator[bytes]) -> KvImported:
+        async with self._use() as backend:
+            return await backend.import_kv(header, chunks)
 
     # served only after a load, and the engine has none of them: refused, as by default
     chat_stream_raw = Backend.chat_stream_raw
