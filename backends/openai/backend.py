@@ -44,8 +44,11 @@ from backends.http.errors import (
     protocol_error,
 )
 from backends.http.jsonbody import encode_json, load_json
+from backends.http.settings import read_api_key
 from backends.http.sse import block_of, data_events, data_frame, frame_start, frames_of, last_frame
+from backends.kv import KvHeader, KvImported
 from backends.openai.frames import RawChatStream, finishes, usage_only
+from backends.openai.kvwire import KvWire
 from backends.openai.settings import OpenAICompatSettings
 from gateway.common.periodic import Periodic
 from gateway.errors import GatewayError, UpstreamError
@@ -93,6 +96,7 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
         self._local_stats: LiveStats | None = None
         self._poller = Periodic(1.0, self._poll_worker)
         self._public_names: dict[str, bytes] = {}  # each as a JSON string, for the raw path
+        self._kv: KvWire | None = None  # a worker's KV endpoints
 
     @functools.cached_property
     def capabilities(self) -> Capabilities:
@@ -110,6 +114,7 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
             chat_stream_raw=True,
             messages_drop=frozenset(s.messages_drop),
             clamp_output=s.clamp_output,
+            kv_move=s.worker_stats,
         )
 
     def login_headers(self, key: str | None) -> dict[str, str]:
@@ -121,13 +126,31 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
             return
         await super().start()
         if self._settings.worker_stats:
+            login = self.login_headers(read_api_key(self._settings.api_key_env))
+            self._kv = KvWire(self._settings, login, self._transport)
             await self._poll_worker()
             self._poller.start()
 
     async def aclose(self) -> None:
         """Close the pool; streams still open are cut."""
         await self._poller.stop()
+        kv, self._kv = self._kv, None
+        if kv is not None:
+            await kv.aclose()
         await super().aclose()
+
+    async def export_kv(self, link: str) -> tuple[KvHeader, AsyncIterator[bytes]]:
+        """A worker's sequence state, streamed from ``GET worker/kv/{link}``."""
+        return await self._worker_kv().export(link)
+
+    async def import_kv(self, header: KvHeader, chunks: AsyncIterator[bytes]) -> KvImported:
+        """A state streamed to the worker's ``PUT worker/kv``."""
+        return await self._worker_kv().load(header, chunks)
+
+    def _worker_kv(self) -> KvWire:
+        if self._kv is None:
+            raise self.not_supported("KV moves (worker_stats is off, or not started)")
+        return self._kv
 
     def stats(self) -> LiveStats:
         if self._remote is None:
@@ -398,7 +421,13 @@ def _sum_stats(parts: list[LiveStats]) -> LiveStats:
         decode_tokens_per_s=total("decode_tokens_per_s"),
         queue_limit=total("queue_limit"),
         held_prefixes=_held(parts),
+        kv_fingerprint=_one({p.kv_fingerprint for p in parts}),
     )
+
+
+def _one(values: set[str | None]) -> str | None:
+    """The value all share, if they share one."""
+    return values.pop() if len(values) == 1 else None
 
 
 HELD_MAX = 8192

@@ -4,7 +4,9 @@ A worker is the gateway with a single in-process llama.cpp deployment and a mode
 the same name, built from command-line flags instead of a YAML file. It speaks the same
 OpenAI-compatible API (so a gateway can use it as a remote deployment through its
 OpenAI-compatible backend) and exposes its live figures (sequences busy, KV cells, queue,
-prefill/decode rates, prefix-cache hit rate) at ``GET /v1/worker/stats``.
+prefill/decode rates, prefix-cache hit rate, KV fingerprint) at ``GET /v1/worker/stats``,
+and moves one sequence's KV cache out and in at ``GET /v1/worker/kv/{link}`` and
+``PUT /v1/worker/kv`` (:mod:`gateway.http.kvroutes`).
 
 Like ``serve``, a worker binds a non-loopback address only with a key to check
 (``SHUNTER_MASTER_KEY``: callers send it as their bearer token, a gateway through its
@@ -50,6 +52,13 @@ def register(subparsers: Any) -> None:
         help="flash attention; auto: where the device supports it",
     )
     worker.add_argument("--max-queue", type=int, default=64, help="requests waiting for a slot")
+    worker.add_argument(
+        "--kv-move-max-mb",
+        type=int,
+        default=2048,
+        metavar="MIB",
+        help="largest KV state of one sequence imported (PUT /v1/worker/kv), in MiB",
+    )
     worker.add_argument("--host", default="127.0.0.1", help="address to listen on")
     worker.add_argument("--port", type=int, default=8080, help="port to listen on")
     worker.add_argument(
@@ -82,6 +91,7 @@ def worker_config(args: argparse.Namespace) -> GatewayConfig:
         "kv_cache_type": args.kv_cache_type,
         "flash_attn": {"on": True, "off": False}.get(args.flash_attn, "auto"),
         "max_queue": args.max_queue,
+        "kv_move_max_mb": args.kv_move_max_mb,
     }
     if args.threads is not None:
         deployment["threads"] = args.threads

@@ -25,6 +25,7 @@ from gateway.hosted.context import HostedContext
 from gateway.http.bodies import BodyBuffers
 from gateway.http.cors import cors_config, trusted_origins
 from gateway.http.guard import RequestGuard
+from gateway.http.kvroutes import KV_ROUTES
 from gateway.http.middleware import RequestContextMiddleware, add_request_id, note_refusal
 from gateway.http.operations import routes
 from gateway.http.reload import ConfigWatcher
@@ -117,7 +118,7 @@ def _litestar(
 ) -> Litestar:
     errors = ErrorShapes(served)
     return Litestar(
-        route_handlers=[*routes(served), *OPS_ROUTES, *UI_ROUTES],
+        route_handlers=[*routes(served), *OPS_ROUTES, *KV_ROUTES, *UI_ROUTES],
         lifespan=[lifespan],
         # the guard first: a request it refuses is never parsed
         middleware=[

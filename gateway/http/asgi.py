@@ -25,6 +25,20 @@ the server sets ``"lost"`` in it then, whether a watch was there or not (a clien
 before its watch began, or during a request no watch serves)."""
 
 
+BODY_DEADLINE = "shunter.body_deadline"
+"""The scope extension through which a route gives its request's body a deadline of its
+own: a dict in which the route puts ``"timeout_s"``, counted from the body's first bytes,
+in place of the server's ``body_timeout_s`` (a KV state of gigabytes takes longer to
+arrive than any JSON body)."""
+
+
+def longer_body_deadline(scope: Scope, timeout_s: float) -> None:
+    """Let this request's body arrive within ``timeout_s`` (see :data:`BODY_DEADLINE`)."""
+    hook = (scope.get("extensions") or {}).get(BODY_DEADLINE)
+    if hook is not None:
+        hook["timeout_s"] = timeout_s
+
+
 def lost(scope: Scope) -> bool:
     """Whether the server reported the request's connection lost before its answer was
     complete."""

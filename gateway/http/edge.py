@@ -8,7 +8,9 @@ uvicorn's httptools protocol, with the bounds a careful reverse proxy would set:
   first byte of a kept-alive connection's next request (408, then closed; a connection that
   never sent a byte is closed silently);
 * a request body must arrive whole within ``body_timeout_s`` of its head (408, closed):
-  a body trickled a byte at a time cannot hold its buffer for longer than that;
+  a body trickled a byte at a time cannot hold its buffer for longer than that. A route
+  may give its own body a longer deadline (:data:`~gateway.http.asgi.BODY_DEADLINE`):
+  only the KV import of a worker does, with its ``kv_move_timeout_s``;
 * a request answered before its body arrived whole (a 401 read from its headers) is
   answered with ``Connection: close`` and the connection ends with the answer, as after
   any refusal: the rest of the body is discarded, never parsed, and the connection is the
@@ -58,7 +60,7 @@ from uvicorn.server import ServerState
 
 from gateway.apis.contract import MAX_BODY_BYTES
 from gateway.errors import GatewayError, InvalidRequestError, ServiceUnavailableError
-from gateway.http.asgi import GONE, JSONBody
+from gateway.http.asgi import BODY_DEADLINE, GONE, JSONBody
 
 log = structlog.get_logger("shunter.edge")
 _WARN_EVERY_S = 60.0  # an attack must not flood the log: one line per kind per minute
@@ -239,6 +241,7 @@ class EdgeProtocol(HttpToolsProtocol):
         self._counted = False
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._body_since = 0.0  # when the body's first bytes came
 
     # -- connections -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -347,6 +350,7 @@ class EdgeProtocol(HttpToolsProtocol):
                     limits.header_timeout_s, self._head_timed_out
                 )
         elif self._body_timer is None:
+            self._body_since = self.loop.time()
             self._body_timer = self.loop.call_later(limits.body_timeout_s, self._body_timed_out)
 
     def on_headers_complete(self) -> None:
@@ -361,7 +365,7 @@ class EdgeProtocol(HttpToolsProtocol):
             return
         self.edge.idle.pop(self, None)
         # the request's watch learns of a lost connection from here, without a task
-        self.scope["extensions"] = {GONE: {}}
+        self.scope["extensions"] = {GONE: {}, BODY_DEADLINE: {}}
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -452,6 +456,12 @@ class EdgeProtocol(HttpToolsProtocol):
     def _body_timed_out(self) -> None:
         self._body_timer = None
         if self._in_head or self._refused:
+            return
+        extensions: dict[str, Any] = self.scope.get("extensions") or {}
+        own: float = extensions.get(BODY_DEADLINE, {}).get("timeout_s", 0.0)
+        left = own - (self.loop.time() - self._body_since)
+        if left > 0:  # the route gave its body longer
+            self._body_timer = self.loop.call_later(left, self._body_timed_out)
             return
         answered = self.cycle is not None and self.cycle.response_started
         self._refuse(b"" if answered else self.edge.body_late)
