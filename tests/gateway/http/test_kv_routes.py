@@ -64,8 +64,8 @@ def _fingerprint(base: str) -> str | None:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Workers ``a`` and ``b`` alike (``b`` gives request bodies 1 s); ``flash_off`` computes otherwise; ``other`` serves a
-    model of other weights."""
+    """Workers ``a`` and ``b`` alike (``b`` gives request bodies 1 s); ``flash_off``
+    computes otherwise; ``other`` serves a model of other weights."""
     folder = tmp_path_factory.mktemp("kv")
     tiny = write_demo_model(folder / "tiny.gguf", "tiny")
     other = write_demo_model(folder / "other.gguf", "tiny", seed=1)
