@@ -16,8 +16,11 @@ prefills again everything the home holds, and that prefill delays the sequences 
 already running. So every other candidate's key is its predicted TTFT plus that *move*:
 the tokens the home holds beyond its own, at its measured prefill rate (the home's when it
 has none yet; ``margin_ms`` when neither is measured, or the home holds no more than it: a
-session's hashed home). A request leaves home only when the wait there is longer than the
-move: sticky until saturated, and the decision says so (``cached_prefix: left ...``).
+session's hashed home). Where the two engines share a KV fingerprint and moving the home's
+KV is predicted faster than that prefill (:mod:`policies.kvmove`), the move is the price
+instead: the gateway moves it when the request leaves. A request leaves home only when
+the wait there is longer than the move: sticky until saturated, and the decision says so
+(``cached_prefix: left ...``).
 
 What many conversations share pulls none of them: for ranking, a candidate holding only
 that start is counted as if it held nothing, so new conversations spread by load instead of
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.facts import Candidate
+from policies.kvmove import leave_cost_ms
 from policies.outcome import StepNote
 from policies.predict import predict_ttft_ms, queue_wait_ms
 from policies.prefix import HeldPrefix, held_prefix
@@ -100,14 +104,22 @@ def _shared_only_ms(ctx: RouteContext, cand: Candidate, held: HeldPrefix | None)
 def _move_ms(
     cands: list[Candidate], ests: list[_Estimate], home: int, to: int, margin: float
 ) -> float:
-    """What moving the conversation from ``home`` to ``to`` costs: re-prefilling there what
-    the home holds beyond what ``to`` holds, at ``to``'s prefill rate (else the home's),
-    else ``margin``."""
+    """What moving the conversation from ``home`` to ``to`` adds to ``to``'s predicted
+    TTFT: re-prefilling there what the home holds beyond what ``to`` holds, at ``to``'s
+    prefill rate (else the home's), else ``margin``. Where the two engines share a KV
+    fingerprint and moving that KV is predicted faster (:func:`policies.kvmove.leave_cost_ms`:
+    what the gateway then does), the move replaces that prefill, which ``to``'s TTFT
+    counted: the move less the prefill it spares."""
     extra = ests[home].cached - ests[to].cached
     rate = cands[to].live.prefill_tokens_per_s or cands[home].live.prefill_tokens_per_s
     if extra <= 0 or not rate:
         return margin
-    return 1000.0 * extra / rate
+    again = 1000.0 * extra / rate
+    moved = leave_cost_ms(cands, home, to, ests[home].cached, extra)
+    own = cands[to].live.prefill_tokens_per_s
+    if moved is None:
+        return again
+    return moved - 1000.0 * extra / own if own and ests[to].ttft_ms is not None else moved
 
 
 def _busy_share(cand: Candidate) -> float:
@@ -203,10 +215,16 @@ class CachedPrefix(Step):
 
 
 def _left(cands: list[Candidate], ests: list[_Estimate], home: int, best: int, move: float) -> str:
+    extra = ests[home].cached - ests[best].cached
+    kv = leave_cost_ms(cands, home, best, ests[home].cached, extra) if extra > 0 else None
+    there = (
+        f"ttft~{_ms(ests[best].ttft_ms)}ms, move ~{move:.0f}ms"
+        if kv is None
+        else f"ttft~{_ms(ests[best].ttft_ms)}ms less its re-prefill, KV moved ~{kv:.0f}ms"
+    )
     return (
         f"cached_prefix: left {cands[home].name} (holds ~{ests[home].cached} tok, "
-        f"ttft~{_ms(ests[home].ttft_ms)}ms) for {cands[best].name} "
-        f"(ttft~{_ms(ests[best].ttft_ms)}ms, move ~{move:.0f}ms)"
+        f"ttft~{_ms(ests[home].ttft_ms)}ms) for {cands[best].name} ({there})"
     )
 
 

@@ -155,6 +155,9 @@ class CandidateFacts:
     params_b: float | None = None
     active_params_b: float | None = None
     size_source: str | None = None
+    draining: bool = False
+    """The engine is shutting down: it takes no new requests (``healthy`` is false), but
+    its KV cache may still be moved out."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,12 @@ class LiveFigures:
     ``tokens_per_char`` is the engine's tokens per character of canonical prompt content
     (``gateway.protocol.prefix``), calibrated from the depths it reports: the request's
     size there is its characters at this ratio rather than the gateway's own estimate.
+
+    KV moves (:mod:`policies.kvmove`): ``kv_fingerprint`` is the digest a moved state must
+    match (equal digests: a state moves between the two); ``kv_bytes_per_token`` the size
+    of one token's KV state there (learned from moves, else the engine's word from its
+    model shape); ``kv_move_bytes_per_s`` and ``kv_import_bytes_per_s`` the rates measured
+    on moves into it (the transfer, and the import's own time).
     """
 
     ewma_ttft_ms: float | None = None
@@ -194,6 +203,10 @@ class LiveFigures:
     queue_limit: int | None = None
     held_prefixes: Mapping[str, int] = field(default_factory=dict, hash=False)
     tokens_per_char: float | None = None
+    kv_fingerprint: str | None = None
+    kv_bytes_per_token: float | None = None
+    kv_move_bytes_per_s: float | None = None
+    kv_import_bytes_per_s: float | None = None
 
 
 @dataclass(frozen=True)

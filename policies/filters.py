@@ -57,6 +57,8 @@ class Healthy(FilterStep):
         until = facts.cooled_down_until
         if until is not None and until > ctx.now:
             return Check(False, f"cooling down {until - ctx.now:.1f}s more", badness)
+        if facts.draining:
+            return Check(False, "draining", badness)
         if not facts.healthy:
             return Check(False, "marked unhealthy", badness)
         cap = self.args.max_error_rate
