@@ -125,7 +125,9 @@ def best_source(
     request: RequestFacts, cands: Sequence[Candidate], target: int
 ) -> tuple[int, HeldPrefix] | None:
     """The candidate a move to ``target`` would come from: of those with its fingerprint,
-    the one holding the most of the request's prefix beyond what the target holds."""
+    the one holding the most of the request's prefix beyond what the target holds, and
+    more than the start many conversations share (``RequestFacts.prefix_shared``: the
+    target takes that from the next conversation that brings it)."""
     goal = cands[target]
     own = held_prefix(request, goal)
     floor = 0 if own is None else own.tokens
@@ -134,7 +136,7 @@ def best_source(
         if i == target or not movable(cand, goal):
             continue
         held = held_prefix(request, cand)
-        if held is None or held.tokens <= floor:
+        if held is None or held.tokens <= floor or held.link < request.prefix_shared:
             continue
         if best is None or held.tokens > best[1].tokens:
             best = i, held

@@ -55,6 +55,9 @@ def test_no_move_between_engines_of_other_fingerprints_or_of_unknown_kv_size(mak
     sizeless = {**ENGINE, "kv_bytes_per_token": None}
     assert predict_move(REQ, [make("h", held_prefixes={"turn1": 4000}, **sizeless),
                               make("t", **sizeless)], target=1) is None  # fmt: skip
+    # only the start every conversation shares: nothing of this one to move
+    shared = make("shared", held_prefixes={"sys": 250}, **ENGINE)
+    assert predict_move(REQ, [shared, other, make("t", **ENGINE)], target=2) is None
     # the target holding as much as any other: nothing to move
     same = make("same", held_prefixes={"turn1": 4000}, **ENGINE)
     assert predict_move(REQ, [home, same], target=1) is None
