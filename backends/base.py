@@ -326,6 +326,15 @@ class LiveStats:
     kv_fingerprint: str | None = None
     """The digest of what a KV state moved here must have been computed with
     (:class:`backends.kv.KvFingerprint`); ``None``: it takes no KV moves (or not yet)."""
+    kv_bytes_per_token: float | None = None
+    """One token's KV state in bytes, from the model's shape and KV cache type (what a
+    moved state weighs); ``None``: not known here."""
+    held_sequences: tuple[tuple[str, int], ...] = ()
+    """Each sequence holding a prefix: its deepest held link and that link's depth in
+    tokens, most recently filled first (what a drain hands over first)."""
+    draining: bool = False
+    """The engine's server is shutting down: it takes no new requests, and its held
+    sequences may still be exported for a while (a worker's handoff window)."""
 
 
 class NotSupportedError(InvalidRequestError):

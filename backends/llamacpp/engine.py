@@ -234,6 +234,8 @@ class LlamaEngine:
             queue_limit=self._max_queue,
             held_prefixes=scheduler.held.report(),
             kv_fingerprint=self._fingerprint.digest if self._fingerprint is not None else None,
+            kv_bytes_per_token=self.state_bound / max(scheduler.n_ctx_seq, 1),
+            held_sequences=scheduler.held.sequences(),
         )
 
     async def run(self, job: GenerationJob) -> AsyncGenerator[Event, None]:

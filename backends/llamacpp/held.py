@@ -28,6 +28,7 @@ class HeldChains:
 
     def __init__(self, sequences: int, limit: int = HELD_MAX) -> None:
         self._links: list[tuple[Link, ...]] = [()] * sequences
+        self._used = [0] * sequences  # when each was last filled, as a counter
         self._limit = limit
         self._version = 0
         self._report: tuple[int, dict[str, int]] = (0, {})
@@ -40,6 +41,7 @@ class HeldChains:
         total = chain[-1][1] or 1
         self._links[seq_id] = tuple((link, n_tokens * chars // total) for link, chars in chain)
         self._version += 1
+        self._used[seq_id] = self._version
 
     def trim(self, seq_id: int, keep: int) -> None:
         """The sequence's KV now holds its first ``keep`` tokens only."""
@@ -53,6 +55,7 @@ class HeldChains:
         """``target``'s KV became a copy of ``source``'s."""
         self._links[target] = self._links[source]
         self._version += 1
+        self._used[target] = self._version
 
     def links(self, seq_id: int) -> tuple[Link, ...]:
         """The links the sequence holds, shallowest first."""
@@ -62,12 +65,19 @@ class HeldChains:
         """The sequence now holds ``links`` (hash, depth in tokens): a state moved in."""
         self._links[seq_id] = tuple(sorted(links, key=_depth))
         self._version += 1
+        self._used[seq_id] = self._version
 
     def owners(self, chain: Sequence[Link], shared: int) -> set[int]:
         """The sequences holding a link of ``chain`` past its first ``shared`` links: the
         ones holding this conversation (not just the start many conversations share)."""
         own = {link for link, _ in chain[shared:]}
         return {i for i, links in enumerate(self._links) if any(h in own for h, _ in links)}
+
+    def sequences(self) -> tuple[Link, ...]:
+        """Each sequence holding links: its deepest link, most recently filled first."""
+        links, used = list(self._links), list(self._used)
+        order = sorted(range(len(links)), key=lambda i: -used[i])
+        return tuple(links[i][-1] for i in order if links[i])
 
     def report(self) -> dict[str, int]:
         """Every held link with its deepest depth in tokens, at most ``limit`` of them; the

@@ -422,11 +422,21 @@ def _sum_stats(parts: list[LiveStats]) -> LiveStats:
         queue_limit=total("queue_limit"),
         held_prefixes=_held(parts),
         kv_fingerprint=_one({p.kv_fingerprint for p in parts}),
+        kv_bytes_per_token=_one_number({p.kv_bytes_per_token for p in parts}),
+        held_sequences=tuple(
+            (str(link), int(depth)) for p in parts for link, depth in p.held_sequences
+        ),
+        draining=any(p.draining for p in parts),
     )
 
 
 def _one(values: set[str | None]) -> str | None:
     """The value all share, if they share one."""
+    return values.pop() if len(values) == 1 else None
+
+
+def _one_number(values: set[float | None]) -> float | None:
+    """The number all share, if they share one."""
     return values.pop() if len(values) == 1 else None
 
 

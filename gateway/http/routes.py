@@ -67,8 +67,11 @@ async def readiness(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]
 async def worker_stats(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     """Live figures per deployment (sequences, KV cells, queue, rates, prefix hits), for routing."""
     await _caller(request)
-    backends = _gateway(request).backends
-    deployments = {name: _figures(b.stats(), links=True) for name, b in sorted(backends.items())}
+    gateway = _gateway(request)
+    deployments = {
+        name: {**_figures(b.stats(), links=True), "draining": gateway.draining}
+        for name, b in sorted(gateway.backends.items())
+    }
     return Response({"object": "worker.stats", "deployments": deployments})
 
 
@@ -78,6 +81,8 @@ def _figures(stats: LiveStats, *, links: bool) -> dict[str, Any]:
     figures = {f.name: getattr(stats, f.name) for f in fields(stats)}
     held = stats.held_prefixes
     figures["held_prefixes"] = dict(held) if links else len(held)
+    if not links:
+        figures["held_sequences"] = len(stats.held_sequences)
     return figures
 
 

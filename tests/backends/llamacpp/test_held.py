@@ -31,3 +31,14 @@ def test_the_report_is_bounded_keeping_each_chains_ends() -> None:
     report = held.report()
     assert len(report) <= 8
     assert {"x0", "x1", "x9", "y"} <= set(report)
+
+
+def test_sequences_name_each_held_sequence_by_its_deepest_link_most_recent_first() -> None:
+    held = HeldChains(3)
+    held.fill(0, [("a", 10), ("a2", 20)], 40)
+    held.fill(2, [("c", 10)], 30)
+    assert held.sequences() == (("c", 30), ("a2", 40))
+    held.assign(0, [("m", 12)])  # a state moved in: now the most recent
+    assert held.sequences() == (("m", 12), ("c", 30))
+    held.trim(2, 0)
+    assert held.sequences() == (("m", 12),)
