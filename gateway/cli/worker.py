@@ -6,7 +6,9 @@ OpenAI-compatible API (so a gateway can use it as a remote deployment through it
 OpenAI-compatible backend) and exposes its live figures (sequences busy, KV cells, queue,
 prefill/decode rates, prefix-cache hit rate, KV fingerprint) at ``GET /v1/worker/stats``,
 and moves one sequence's KV cache out and in at ``GET /v1/worker/kv/{link}`` and
-``PUT /v1/worker/kv`` (:mod:`gateway.http.kvroutes`).
+``PUT /v1/worker/kv`` (:mod:`gateway.http.kvroutes`). On SIGTERM it keeps its KV exports
+open for a handoff window after its last stream (``--handoff-s``,
+:mod:`gateway.http.handoff`), for a gateway to move its caches to its peers.
 
 Like ``serve``, a worker binds a non-loopback address only with a key to check
 (``SHUNTER_MASTER_KEY``: callers send it as their bearer token, a gateway through its
@@ -74,6 +76,21 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="on SIGTERM, time for in-flight requests to finish",
     )
+    worker.add_argument(
+        "--handoff-s",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="on SIGTERM, after the last stream: time a gateway gets to move the held KV "
+        "caches to peers (0: exit at once)",
+    )
+    worker.add_argument(
+        "--handoff-idle-s",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="end the handoff early when no KV export was asked for this long",
+    )
     add_edge_arguments(worker)
     worker.set_defaults(handler=run_worker)
 
@@ -104,6 +121,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from gateway.cli.startup import brief_startup_errors
     from gateway.dispatch import Gateway
     from gateway.http.app import AppSettings, create_app
+    from gateway.http.handoff import Handoff
     from gateway.http.server import serve
     from gateway.state import StateSettings
     from gateway.telemetry.logs import configure_logging
@@ -133,7 +151,8 @@ def run_worker(args: argparse.Namespace) -> int:
     label = f"shunter worker --model {args.model}"
     app = create_app(AppSettings(config=config, watch_config=False, label=label), gateway)
     limits = edge_limits(args)
-    return serve(app, gateway, args.host, args.port, args.drain_timeout, limits, sock)
+    handoff = Handoff(args.handoff_s, args.handoff_idle_s) if args.handoff_s > 0 else None
+    return serve(app, gateway, args.host, args.port, args.drain_timeout, limits, sock, handoff)
 
 
 def describe_worker(config: GatewayConfig, args: argparse.Namespace, exposed: str) -> None:

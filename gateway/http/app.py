@@ -62,7 +62,7 @@ def create_app(
     gw = gateway or Gateway.from_config(settings.config)
     tel = telemetry or Telemetry()
     gw.tracer = tel.tracer
-    tel.watch(lambda: gw.backends, lambda: gw.breakers)
+    tel.watch(lambda: gw.backends, lambda: gw.breakers, lambda: gw.fleet.moves.pairs)
     tel.configure(frozenset(settings.config.models))  # the model label's values
     tools = ToolAccounting(tel.registry, lambda: tel.tracer)
     served = apis()

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar import Request, Response, get, put
+from litestar.params import FromPath
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from backends.base import Backend
@@ -72,11 +73,14 @@ def _deployment(request: Request[Any, Any, Any]) -> tuple[Backend, int, float]:
 
 
 @get("/v1/worker/kv/{link:str}")
-async def export_kv(request: Request[Any, Any, Any], link: str) -> ASGIApp:
+async def export_kv(request: Request[Any, Any, Any], link: FromPath[str]) -> ASGIApp:
     """A sequence's KV state: a header line, then the state (see the module docstring)."""
     await _operator(request)
     backend, _, _ = _deployment(request)
+    exports = request.app.state.gateway.fleet.kv_exports
+    exports.asked()
     header, chunks = await backend.export_kv(link)
+    exports.record(held for held, _ in header.chain)
     head = encode_header(header)
     spine: Spine = request.app.state.spine
 

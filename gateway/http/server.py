@@ -12,6 +12,7 @@ the process's file descriptor limit when that cannot be raised far enough.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import dataclasses
@@ -29,6 +30,7 @@ import uvicorn
 
 from gateway.dispatch import Gateway
 from gateway.http.edge import EdgeConfig, EdgeLimits
+from gateway.http.handoff import Handoff, drain_and_hand_off
 
 log = structlog.get_logger("shunter.server")
 # descriptors besides client connections: listening socket, model files, Redis, logs, ...
@@ -52,13 +54,41 @@ _TRIM_THRESHOLD = 128 << 20
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+    def __init__(
+        self, config: uvicorn.Config, gateway: Gateway, handoff: Handoff | None = None
+    ) -> None:
         super().__init__(config)
         self.gateway = gateway
+        self._handoff = handoff
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handing_off = False
+        self._handoff_task: asyncio.Task[None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.gateway.draining = True
-        super().handle_exit(sig, frame)
+        loop = self._loop
+        if self._handoff is not None and loop is not None and not self._handing_off:
+            # still listening: streams finish and KV exports are served (gateway.http.handoff)
+            self._handing_off = True
+            loop.call_soon_threadsafe(self._begin_handoff)
+            return
+        super().handle_exit(sig, frame)  # a second signal: stop at once
+
+    def _begin_handoff(self) -> None:
+        assert self._handoff is not None
+        drain_s = float(self.config.timeout_graceful_shutdown or 0)
+
+        async def hand_off() -> None:
+            try:
+                await drain_and_hand_off(self.gateway, drain_s, self._handoff or Handoff())
+            finally:
+                self.should_exit = True
+
+        self._handoff_task = asyncio.get_running_loop().create_task(hand_off())
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -84,10 +114,12 @@ def serve(
     drain_timeout_s: float,
     limits: EdgeLimits | None = None,
     sock: socket.socket | None = None,
+    handoff: Handoff | None = None,
 ) -> int:
     """Run until signalled; the exit code is 0 after a clean drain. ``sock``: an already
     listening socket to serve (a worker of :mod:`gateway.http.workers`) instead of binding
-    ``host:port``."""
+    ``host:port``. ``handoff``: keep listening after the streams end, for KV exports
+    (:mod:`gateway.http.handoff`)."""
     config = EdgeConfig(
         app,
         fit_descriptors(limits or EdgeLimits()),
@@ -104,7 +136,7 @@ def serve(
         # socket with it, and stays flat without (the events are small JSON)
         ws_per_message_deflate=False,
     )
-    server = DrainingServer(config, gateway)
+    server = DrainingServer(config, gateway, handoff)
     gc.collect()
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)

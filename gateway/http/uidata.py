@@ -3,8 +3,9 @@
 Deployments with their breaker and live figures (gateway-measured TTFT/TPOT, the engine's
 queue, slots, KV, rates and prefix hits), the public models and their policies, the memory
 plan of local deployments (worked out once per config, off the event loop), the last route
-decisions, the last hour a minute at a time (:mod:`gateway.telemetry.history`), and, for
-the master key only, every virtual key's use against its limits and budget.
+decisions, the KV caches moved between engines, the last hour a minute at a time
+(:mod:`gateway.telemetry.history`), and, for the master key only, every virtual key's use
+against its limits and budget.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class StatusData:
             ],
             "memory": await self._memory(gateway),
             "decisions": telemetry.recent.last(RECENT_SHOWN),
+            "kv_moves": kv_moves(gateway),
         }
         if tools is not None:
             snapshot["mcp_servers"] = mcp_servers(tools)
@@ -111,6 +113,37 @@ def mcp_servers(tools: HubSlot) -> list[dict[str, Any]]:
                  "restarts": upstream.restarts}
             )  # fmt: skip
     return rows
+
+
+def kv_moves(gateway: Gateway) -> dict[str, Any]:
+    """The KV moves made lately (newest first) and the tallies per deployment pair."""
+    log = gateway.fleet.moves
+    recent = [
+        {
+            "at": move.at,
+            "source": move.source,
+            "target": move.target,
+            "cause": move.cause,
+            "outcome": move.outcome,
+            "bytes": move.n_bytes,
+            "tokens": move.tokens,
+            "seconds": round(move.seconds, 3),
+            "error": move.error,
+        }
+        for move in reversed(log.recent)
+    ]
+    pairs = [
+        {
+            "source": source,
+            "target": target,
+            "moved": tally.moved,
+            "failed": tally.failed,
+            "bytes": tally.n_bytes,
+            "seconds": round(tally.seconds, 3),
+        }
+        for (source, target), tally in sorted(log.pairs.items())
+    ]
+    return {"recent": recent, "pairs": pairs}
 
 
 def _deployment(gateway: Gateway, name: str) -> dict[str, Any]:

@@ -22,14 +22,18 @@ class LiveCollector(Collector):
         self,
         backends: Callable[[], Mapping[str, Backend]],
         breakers: Callable[[], Mapping[str, Any]],
+        moves: Callable[[], Mapping[tuple[str, str], Any]] | None = None,
     ) -> None:
         self._backends = backends
         self._breakers = breakers
+        self._moves = moves
 
     def collect(self) -> Iterable[Metric]:
         families = _EngineFamilies()
         breakers = self._breakers()
         yield from breaker_families(breakers)
+        if self._moves is not None:
+            yield from move_families(self._moves())
         for name, backend in self._backends().items():
             breaker = breakers.get(name)
             families.add(name, backend.stats(), None if breaker is None else breaker.state)
@@ -150,3 +154,28 @@ def breaker_families(breakers: Mapping[str, Any]) -> tuple[Metric, ...]:
         for result, count in sorted(breaker.probes.items()):
             probes.add_metric([name, result], count)
     return state, fallbacks, probes
+
+
+def move_families(pairs: Mapping[tuple[str, str], Any]) -> tuple[Metric, ...]:
+    """KV caches moved between deployments (``pairs``: per (source, target), tallies with
+    ``moved``, ``failed``, ``n_bytes`` and ``seconds``): moves by outcome, bytes, seconds."""
+    labels = ["source", "target"]
+    moves = CounterMetricFamily(
+        "shunter_kv_moves",
+        "KV caches moved from one deployment to another, by outcome (moved, failed)",
+        labels=[*labels, "outcome"],
+    )
+    moved_bytes = CounterMetricFamily(
+        "shunter_kv_move_bytes", "Bytes of KV state moved between deployments", labels=labels
+    )
+    seconds = CounterMetricFamily(
+        "shunter_kv_move_seconds",
+        "Seconds spent moving KV state between deployments (failed moves too)",
+        labels=labels,
+    )
+    for (source, target), tally in sorted(pairs.items()):
+        moves.add_metric([source, target, "moved"], tally.moved)
+        moves.add_metric([source, target, "failed"], tally.failed)
+        moved_bytes.add_metric([source, target], tally.n_bytes)
+        seconds.add_metric([source, target], tally.seconds)
+    return moves, moved_bytes, seconds

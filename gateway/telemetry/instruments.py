@@ -161,12 +161,13 @@ class Telemetry:
         self,
         backends: Callable[[], Mapping[str, Backend]],
         breakers: Callable[[], Mapping[str, Any]],
+        moves: Callable[[], Mapping[tuple[str, str], Any]] | None = None,
     ) -> None:
         """Expose live backend figures (queue, slots, KV, rates, prefix hits, stalls) and
         each deployment's breaker at scrape time: its state, the fallbacks away from it by
         cause and its probes by result (``breakers``: the dispatcher's circuit breakers,
-        which keep those tallies)."""
-        self.registry.register(LiveCollector(backends, breakers))
+        which keep those tallies); ``moves``: the KV moves per (source, target) pair."""
+        self.registry.register(LiveCollector(backends, breakers, moves))
         self.history.sampler = lambda: engine_figures(backends().values())
 
     def model_label(self, model: object) -> str:

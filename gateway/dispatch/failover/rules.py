@@ -95,6 +95,9 @@ class Trail:
     """The candidates one request left before it was answered, and why."""
 
     left: list[tuple[str, Cause]] = field(default_factory=list)
+    moves: list[str] = field(default_factory=list)
+    """What was done with the request's KV cache before an attempt (moved, skipped,
+    failed), in words (:mod:`gateway.dispatch.routing.moving`)."""
 
     def leave(self, candidate: Candidate, cause: Cause, *, fallback: bool) -> None:
         """Note that the request left ``candidate``; ``fallback``: for another candidate."""
@@ -103,13 +106,16 @@ class Trail:
             candidate.breaker.fallbacks[cause] += 1
 
     def route(self, answered: str, reason: str, max_chars: int = 200) -> str:
-        """The ``x-shunter-route`` value: the policy's reason, after the fallbacks if any."""
+        """The ``x-shunter-route`` value: the policy's reason, after the fallbacks if any,
+        then what was done with the KV cache."""
+        moves = "".join(f"; {move}" for move in self.moves)
         if not self.left:
-            return reason
+            return reason + moves
         failed = ", ".join(f"{name}: {cause}" for name, cause in self.left)
         text = f"{answered} after {failed}; policy: {reason}"
         text = text.encode("ascii", "replace").decode("ascii")
-        return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+        text = text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+        return text + moves
 
 
 class InOrder(Sequence[Candidate]):
@@ -197,10 +203,12 @@ class Failover:
         attempt: Callable[[Candidate], Awaitable[T]],
         span: Span,
         admit: Admit | None = None,
+        prepare: Admit | None = None,
     ) -> tuple[Candidate, tuple[T, Attempt]]:
         """The first candidate that answers, with its answer; else the error to send.
-        ``span`` wraps each attempt (a trace span, or nothing)."""
-        return await _Run(self, routing, attempt, span, admit).run()
+        ``span`` wraps each attempt (a trace span, or nothing); ``prepare`` runs once per
+        candidate admitted, before its first attempt (a KV move to it)."""
+        return await _Run(self, routing, attempt, span, admit, prepare).run()
 
 
 class _Run(Generic[T]):
@@ -213,9 +221,10 @@ class _Run(Generic[T]):
         attempt: Callable[[Candidate], Awaitable[T]],
         span: Span,
         admit: Admit | None,
+        prepare: Admit | None = None,
     ) -> None:
         self.failover, self.routing, self.attempt = failover, routing, attempt
-        self.span, self.admit = span, admit
+        self.span, self.admit, self.prepare = span, admit, prepare
         self.last: GatewayError | None = None
         self.cause: Cause = "error"
         self.tried = False
@@ -253,6 +262,8 @@ class _Run(Generic[T]):
                     note_tried(candidate.settings.name)  # its 429 counts under its name
                     self.last, self.cause = exc, "limited"
                     return None
+            if retry == 0 and self.prepare is not None:
+                await self.prepare(candidate)
             self.tried = True
             started.append(time.monotonic())
             try:

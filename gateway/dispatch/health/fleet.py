@@ -18,6 +18,7 @@ from gateway.config import ReliabilitySettings
 from gateway.dispatch.health.breakers import CircuitBreaker, new_breaker
 from gateway.dispatch.health.learned import ContextLimits
 from gateway.dispatch.health.live import DeploymentTracker
+from gateway.dispatch.health.moves import KvExports, MoveLog
 from gateway.dispatch.health.probing import Prober
 from policies import FitClass
 
@@ -50,6 +51,9 @@ class Fleet:
         self.fits: dict[str, FitClass] = {}
         self.context_limits = ContextLimits()
         self.prefill_refusals = PrefillRefusals()
+        self.moves = MoveLog()
+        self.kv_exports = KvExports()
+        """What this gateway's engines exported while it drains (a worker's handoff)."""
         self.prober = Prober(self._probe_targets, reliability.probe_interval_s)
 
     def reconfigure(
@@ -65,6 +69,7 @@ class Fleet:
             **{name: self.trackers[name] for name in keep},
             **{name: DeploymentTracker() for name in fresh},
         }
+        self.moves.forget([*keep, *fresh])
 
     def health(self, name: str) -> dict[str, object]:
         """A deployment's breaker and learned context, for readiness and ``shunter route``."""

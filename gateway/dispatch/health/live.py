@@ -88,6 +88,12 @@ class DeploymentTracker:
     """Prompt tokens the deployment reports per token the gateway estimated, an EWMA."""
     _session_prompts: OrderedDict[str, int] = field(default_factory=OrderedDict, repr=False)
     """The prompt tokens it last reported for each recent session."""
+    kv_bytes_per_token: float | None = None
+    """One token's KV state here in bytes, learned from moves (the engine's word before)."""
+    kv_move_bytes_per_s: float | None = None
+    """The transfer rate of KV moves into this deployment, an EWMA."""
+    kv_import_bytes_per_s: float | None = None
+    """The rate of its imports of moved KV (their own time), an EWMA."""
     _calibrated_on: object = field(default=None, repr=False)
     """The engine's last report of held links calibrated from (the same object while it
     has not changed)."""
@@ -151,6 +157,16 @@ class DeploymentTracker:
             if link in held:
                 return math.ceil(prompt_tokens * (1.0 - chars / chain[-1][1]))
         return prompt_tokens
+
+    def learn_move(self, n_bytes: int, tokens: int, transfer_s: float, import_s: float) -> None:
+        """A move of ``n_bytes`` (``tokens``) into this deployment took ``transfer_s`` on
+        the wire and ``import_s`` in the engine: fold its rates into the EWMAs."""
+        if tokens > 0:
+            self.kv_bytes_per_token = n_bytes / tokens
+        if transfer_s > 0:
+            self.kv_move_bytes_per_s = _ewma(self.kv_move_bytes_per_s, n_bytes / transfer_s)
+        if import_s > 0:
+            self.kv_import_bytes_per_s = _ewma(self.kv_import_bytes_per_s, n_bytes / import_s)
 
     def on_first_token(self, attempt: Attempt) -> None:
         assert attempt.first_token_at is not None
@@ -233,6 +249,9 @@ class DeploymentTracker:
             self.peers,
             self.sent.version,
             self.tokens_per_char,
+            self.kv_bytes_per_token,
+            self.kv_move_bytes_per_s,
+            self.kv_import_bytes_per_s,
             engine,
         )
         last = self._last
@@ -256,6 +275,10 @@ class DeploymentTracker:
             queue_limit=engine.queue_limit,
             held_prefixes=self.sent.over(engine.held_prefixes, self.tokens_per_char),
             tokens_per_char=self.tokens_per_char,
+            kv_fingerprint=engine.kv_fingerprint,
+            kv_bytes_per_token=self.kv_bytes_per_token or engine.kv_bytes_per_token,
+            kv_move_bytes_per_s=self.kv_move_bytes_per_s,
+            kv_import_bytes_per_s=self.kv_import_bytes_per_s,
         )
         self._last = inputs, figures
         return figures

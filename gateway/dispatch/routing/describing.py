@@ -86,6 +86,7 @@ class DeploymentDescriber:
                 or held[4] != breaker.open_until
                 or held[5] != breaker.last_failure_at
                 or held[6] != learned(name)
+                or held[7] != backend.stats().draining
             ):
                 out.append(
                     self(settings, backend, breaker, tracker, fits(name), learned(name), live=live)
@@ -166,6 +167,7 @@ class DeploymentDescriber:
             breaker.open_until,
             breaker.last_failure_at,
             learned_context,
+            backend.stats().draining,
         )
         memo = self._memo.get(settings.name)
         if memo is None or memo.inputs != key:
@@ -242,6 +244,7 @@ def _facts(
         usd_per_hour=price.usd_per_hour if price else None,
     )
     open_ = breaker.state == "open"
+    draining = backend.stats().draining
     return CandidateFacts(
         name=settings.name,
         backend=settings.backend,
@@ -256,7 +259,8 @@ def _facts(
         ),
         pricing=pricing,
         fit=fit,
-        healthy=not open_,
+        healthy=not open_ and not draining,
+        draining=draining,
         cooled_down_until=breaker.open_until if open_ else None,
         last_failure_at=breaker.last_failure_at,
         weight=settings.weight,

@@ -44,6 +44,7 @@ from gateway.dispatch.health.probing import Prober
 from gateway.dispatch.midstream.resume import Resume
 from gateway.dispatch.routing.describing import DeploymentDescriber
 from gateway.dispatch.routing.hedging import hedged
+from gateway.dispatch.routing.moving import KvMoving
 from gateway.dispatch.routing.sending import Sent, Started, answer_once, start_once
 from gateway.dispatch.routing.served import Routed, ServedStream
 from gateway.dispatch.work import Work
@@ -84,6 +85,7 @@ class Gateway:
         self.config_version = config_version(config)
         self._failover = Failover(config.reliability, self.fleet.context_limits)
         self._prefix_readers: tuple[GatewayConfig, frozenset[str]] | None = None
+        self.kv_moving = KvMoving(self.fleet)
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> Gateway:
@@ -181,10 +183,12 @@ class Gateway:
         await asyncio.to_thread(self._describe.learn_sizes, self.config.deployments)
         self.residency.start()
         self.prober.start()
+        self.kv_moving.start()
         self.ready = True
 
     async def aclose(self) -> None:
         self.ready = False
+        await self.kv_moving.aclose()
         await self.prober.stop()
         await self.residency.stop()
         await asyncio.gather(*self._retiring, return_exceptions=True)
@@ -331,7 +335,9 @@ class Gateway:
 
         routing = self.decide(model, request)
         rule = self.config.models[model].cascade
-        run = functools.partial(self._first_success, operation=operation, admit=_by_name(admit))
+        run = functools.partial(
+            self._first_success, operation=operation, admit=_by_name(admit), model=model
+        )
         if rule is not None and operation != "embeddings":
             chosen, result, tracked, report = await Cascade(rule, model, routing).call(run, bounded)
             tracked.finish(None)
@@ -378,7 +384,9 @@ class Gateway:
 
         routing = self.decide(model, request)
         checked = _by_name(admit)
-        run = functools.partial(self._first_success, operation=operation, admit=checked)
+        run = functools.partial(
+            self._first_success, operation=operation, admit=checked, model=model
+        )
         rule = self.config.models[model].cascade
         report = None
         if rule is not None:
@@ -413,11 +421,16 @@ class Gateway:
         attempt: Callable[[Candidate], Awaitable[T]],
         operation: str,
         admit: Admit | None,
+        model: str,
     ) -> tuple[Candidate, tuple[T, Attempt]]:
         def span(candidate: Candidate, retry: int) -> Any:
             return attempt_span(operation, candidate.settings, retry)
 
-        return await self._failover.first_success(routing, attempt, span, admit)
+        move = None
+        if routing.request.prefix_chain and self.kv_moving.may_move(self.route(model).candidates):
+            pool = functools.partial(self.policy_candidates, model)
+            move = self.kv_moving.preparing(routing.request, routing.trail.moves, pool)
+        return await self._failover.first_success(routing, attempt, span, admit, move)
 
 
 async def _first_frame(candidate: Candidate, start: Callable[[Backend], Started]) -> Opening:
