@@ -16,6 +16,9 @@ session length (``--tokens``), in one sitting:
 plus the moved TTFT, against the re-prefill TTFT.
 
     .venv/bin/python -m bench.kv_move [--tokens 4000,16000] [--quick]
+
+``--rolling`` runs :mod:`bench.kv_rolling` instead: a rolling restart of two workers behind
+a gateway, with the drain handoff against without.
 """
 
 from __future__ import annotations
@@ -211,6 +214,14 @@ if __name__ == "__main__":
     parser.add_argument("--tokens", default="4000,16000", help="session lengths, comma-separated")
     parser.add_argument("--quick", action="store_true", help="4000 tokens only")
     parser.add_argument("--model", type=Path, help="a GGUF (default: the generated bench model)")
+    parser.add_argument(
+        "--rolling", action="store_true", help="a rolling restart, handoff against none"
+    )
     args = parser.parse_args()
+    if args.rolling:
+        from bench.kv_rolling import main as rolling
+
+        rolling(args.quick)
+        sys.exit(0)
     sizes = [4000] if args.quick else [int(t) for t in args.tokens.split(",")]
     main(sizes, args.model)
