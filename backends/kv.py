@@ -49,6 +49,10 @@ class KvFingerprint(BaseModel):
     type_k: str = Field(description="KV cache type of keys (f16, q8_0)")
     type_v: str
     flash_attn: str = Field(description="flash attention as configured: on, off, auto")
+    sequences: int = Field(
+        description="sequences the context holds (--parallel): llama.cpp reads a sequence's "
+        "state only into a context of as many"
+    )
     state_version: int = Field(description="the engine's sequence state format version")
     engine: str = Field(description="the engine and its version")
 

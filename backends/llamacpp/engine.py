@@ -173,7 +173,7 @@ class LlamaEngine:
         self._model, self._scheduler = model, scheduler
         settings = self._settings
         self.state_bound = state_bound(model, scheduler.n_ctx_seq, settings.kv_cache_type)
-        shape = model_shape(model, settings.kv_cache_type, settings.flash_attn)
+        shape = model_shape(model, settings.kv_cache_type, settings.flash_attn, scheduler.parallel)
         self._hashing = asyncio.create_task(asyncio.to_thread(model_fingerprint, self._path, shape))
         self._hashing.add_done_callback(self._hashed)
         if self._watch is not None:

@@ -48,7 +48,9 @@ _HASH_BLOCK = 8 << 20
 Buffer = Any  # a ctypes array of c_uint8
 
 
-def model_shape(model: Any, kv_cache_type: str, flash_attn: bool | str) -> dict[str, Any]:
+def model_shape(
+    model: Any, kv_cache_type: str, flash_attn: bool | str, sequences: int
+) -> dict[str, Any]:
     """The fingerprint's parts read from a loaded model and the context's settings."""
     import llama_cpp
 
@@ -61,6 +63,7 @@ def model_shape(model: Any, kv_cache_type: str, flash_attn: bool | str) -> dict[
         "type_k": kv_cache_type,
         "type_v": kv_cache_type,
         "flash_attn": "on" if flash_attn is True else "off" if flash_attn is False else "auto",
+        "sequences": sequences,
         "state_version": int(llama_cpp.LLAMA_STATE_SEQ_VERSION),
         "engine": f"llama-cpp-python {llama_cpp.__version__}",
     }

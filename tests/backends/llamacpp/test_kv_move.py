@@ -117,6 +117,7 @@ async def test_engines_computing_otherwise_refuse_the_state(
     other_model = write_demo_model(tmp_path / "other.gguf", "tiny", seed=1)
     for model, setting, part in (
         (tiny_model, {"flash_attn": False}, "flash_attn: auto != off"),
+        (tiny_model, {"parallel": 4}, "sequences: 2 != 4"),
         (other_model, {}, "model_sha256"),
     ):
         other = await _backend(model, **setting)
@@ -182,6 +183,7 @@ async def test_the_wire_form_is_a_header_line_then_the_state() -> None:
                 "type_k": "f16",
                 "type_v": "f16",
                 "flash_attn": "auto",
+                "sequences": 2,
                 "state_version": 3,
                 "engine": "test",
             },
