@@ -71,7 +71,7 @@ def traced_serve(tree: Path, out: Path, frames: int, argv: list[str]) -> int:
     """``shunter serve argv`` of ``tree``, with the SIGUSR1 snapshot handler (the workers of
     ``--workers N`` inherit it across the fork)."""
     sys.path.insert(0, str(tree))
-    from gateway.cli.main import main as shunter
+    from gateway.cli import main as shunter
 
     taken = collections.Counter[int]()
 

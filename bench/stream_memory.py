@@ -60,7 +60,7 @@ Taken = dict[int, tuple[Snapshots, dict[str, Any]]]
 def traced_serve(out: Path, frames: int, argv: list[str]) -> int:
     """``shunter serve argv`` with the SIGUSR1 snapshot handler (the workers of
     ``--workers N`` inherit it across the fork)."""
-    from gateway.cli.main import main as shunter
+    from gateway.cli import main as shunter
 
     taken = collections.Counter[int]()
 

@@ -26,7 +26,7 @@ models:
 SERVE_PATH = """
 import json, sys
 from pathlib import Path
-from gateway.cli.main import _parser
+from gateway.cli.commands import _parser
 from gateway.cli.startup import preflight
 from gateway.dispatch import Gateway
 from gateway.http.app import AppSettings, create_app

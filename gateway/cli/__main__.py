@@ -2,6 +2,6 @@
 
 import sys
 
-from gateway.cli.main import main
+from gateway.cli import main
 
 sys.exit(main())

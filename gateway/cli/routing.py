@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from gateway.planner import plan_table
+    from gateway.planner.render import plan_table
     from gateway.residency.placement import plan_deployments
 
     config = load_or_report(args.config)

@@ -31,7 +31,7 @@ _SETTINGS_MODELS = {
 
 def parse_shunter(args: list[str]) -> argparse.Namespace:
     """Parse a ``shunter`` command line with the real CLI parser (fails on a bad flag)."""
-    from gateway.cli.main import _parser
+    from gateway.cli.commands import _parser
 
     errors = io.StringIO()
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.main import _parser
+from gateway.cli.commands import _parser
 from gateway.http.edge import EdgeLimits
 from tests.conftest import start_server, stop_server
 

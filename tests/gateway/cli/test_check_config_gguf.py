@@ -12,7 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
-from gateway.cli.main import main
+from gateway.cli import main
 from tests.conftest import free_port
 from tests.fixtures.fault_upstream import FaultUpstream
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.cli.main import _parser
+from gateway.cli.commands import _parser
 
 MARKUP = re.compile(r"``|:(func|class|mod|meth|data):|\[/?(red|green|bold|yellow)\]")
 

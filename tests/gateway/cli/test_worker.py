@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from openai import OpenAI
 
-from gateway.cli.main import _parser
+from gateway.cli.commands import _parser
 from gateway.cli.worker import worker_config
 from tests.conftest import free_port, start_server, stop_server
 
