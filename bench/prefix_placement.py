@@ -10,7 +10,9 @@ resent), the
 sessions running side by side. Each policy gets fresh workers (empty KV caches) and a fresh
 gateway; ``default`` has no policy line (the default two interchangeable workers get).
 Reported per policy: the share of prompt tokens the engines served from their KV cache
-(``usage.prompt_tokens_details.cached_tokens``), in all and of follow-up turns, the
+(``usage.prompt_tokens_details.cached_tokens``), in all and of follow-up turns, the most
+any placement could serve from cache of follow-up turns (``of max``: the turn before's
+prompt and answer; the new messages are prefilled wherever a turn goes), the
 follow-ups that went to the engine of the session's turn before (it holds their history),
 mean and p90 turn latency, and where each session's first turn went; ratios are against
 ``affinity`` (else the first row run). Then the route of every follow-up that moved. Not a
@@ -59,6 +61,9 @@ class Tally:
     """The route reason of each follow-up that went to another engine than the turn before."""
     follow_prompt: int = 0
     follow_cached: int = 0
+    follow_ceiling: int = 0
+    """Of follow-up prompt tokens, those any engine could have held: the turn before's prompt
+    and answer (the rest, the new messages, is prefilled wherever the turn goes)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sessions_per_engine(self) -> dict[str, int]:
@@ -132,6 +137,7 @@ def _session(url: str, index: int, turns: int, tally: Tally) -> None:
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": f"task {index}: make the test suite pass"},
     ]
+    held = 0  # the tokens of the turn before: its prompt and its answer
     with httpx.Client(timeout=120) as client:
         for turn in range(turns):
             body = {"model": "agent", "messages": messages, "max_tokens": 16, "temperature": 0}
@@ -156,6 +162,8 @@ def _session(url: str, index: int, turns: int, tally: Tally) -> None:
                 if turn:
                     tally.follow_prompt += usage["prompt_tokens"]
                     tally.follow_cached += cached
+                    tally.follow_ceiling += min(held, usage["prompt_tokens"])
+            held = usage["prompt_tokens"] + usage["completion_tokens"]
             messages += [
                 {"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
                 {"role": "user", "content": f"step {turn}: the tests say\n" + _output(index, turn)},
@@ -204,18 +212,19 @@ def main() -> None:
     base_share = base.cached / max(base.prompt, 1)
     print(f"{args.sessions} sessions x {args.turns} turns, 2 workers x {args.parallel} seqs")
     print(
-        f"{'policy':<14} {'cached':>7} {'vs aff':>7} {'follow':>7} {'stayed':>7} "
+        f"{'policy':<14} {'cached':>7} {'vs aff':>7} {'follow':>7} {'of max':>7} {'stayed':>7} "
         f"{'mean s':>7} {'p90 s':>7}  sessions per engine"
     )
     for name, tally in results.items():
         share = tally.cached / max(tally.prompt, 1)
         follow = tally.follow_cached / max(tally.follow_prompt, 1)
+        ceiling = tally.follow_ceiling / max(tally.follow_prompt, 1)
         stayed, follow_ups = tally.stayed()
         p90 = statistics.quantiles(tally.latencies, n=10)[-1]
         mean = statistics.mean(tally.latencies)
         ratio = share / base_share if base_share else float("nan")
         print(
-            f"{name:<14} {share:>7.1%} {ratio:>6.2f}x {follow:>7.1%} "
+            f"{name:<14} {share:>7.1%} {ratio:>6.2f}x {follow:>7.1%} {ceiling:>7.1%} "
             f"{f'{stayed}/{follow_ups}':>7} {mean:>7.3f} {p90:>7.3f}  "
             f"{tally.sessions_per_engine()}"
         )
