@@ -30,7 +30,8 @@ class PolicyRun:
     """Everything measured for one policy in one round."""
 
     name: str
-    policy: list[Any]
+    policy: list[Any] | dict[str, Any]
+    """The policy steps, or (no policy line: the default) the route's fields."""
     round: int
     wall_s: float
     sent: list[Sent]

@@ -118,6 +118,8 @@ def predict(
     turns = {(t.session, t.index): t for s in sessions for t in s.turns}
     spec, out = _api_spec(api), []
     for run in runs:
+        if isinstance(run.policy, dict):
+            continue  # no policy line: its steps come from the candidates' config
         trace = _trace(run, turns, api)
         work = Workload(horizon_s=run.wall_s)
         ours = simulate(run.name, trace, work, spec, engines, steps=run.policy)
