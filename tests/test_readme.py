@@ -61,6 +61,9 @@ NOT_RUN = {
     'claude mcp add --transport http shunter http://localhost:8000/mcp --header "Authorization: '
     'Bearer $SHUNTER_KEY"': "needs the Claude Code and Codex CLIs",
     "mkdir -p ~/.gemini": "needs the Gemini CLI",
+    'curl -s -H "authorization: Bearer $KEY" http://a:8080/v1/worker/kv/$LINK \\': (
+        "needs two workers"
+    ),
     "shunter pull hf://Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf": (
         "downloads a model"
     ),

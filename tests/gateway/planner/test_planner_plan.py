@@ -14,8 +14,8 @@ from gateway.planner import (
     ModelShape,
     estimate_overhead,
     plan_memory,
-    plan_table,
 )
+from gateway.planner.render import plan_table
 
 GIB, MIB = 1 << 30, 1 << 20
 
