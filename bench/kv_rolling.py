@@ -11,7 +11,8 @@ restarted (SIGTERM, wait for it to exit, start it again on its port); two thirds
 * ``handoff``: workers with ``--handoff-s 15``: a draining worker's held sequences move to
   its peer before it exits;
 * ``no handoff``: ``--handoff-s 0``: a draining worker exits after its streams, its caches
-  lost.
+  lost;
+* ``no restart``: the control, the same replay with neither worker restarted.
 
 Printed per run: follow-up TTFT p50 and p95 (turns after the first, streamed, at the
 client), follow-up cache hit (cached / prompt tokens of follow-up turns, the engines'
@@ -159,7 +160,9 @@ def _session(gateway: Server, plan: Plan, index: int, gates: list[threading.Even
         time.sleep(0.3)
 
 
-def one_run(model: Path, plan: Plan, folder: Path, handoff_s: float, label: str) -> Run:
+def one_run(
+    model: Path, plan: Plan, folder: Path, handoff_s: float, label: str, restart: bool = True
+) -> Run:
     folder.mkdir(parents=True, exist_ok=True)
     workers = [Worker(model, free_port(), folder / f"w{i}.log", handoff_s) for i in range(2)]
     run = Run(label)
@@ -184,6 +187,8 @@ def one_run(model: Path, plan: Plan, folder: Path, handoff_s: float, label: str)
         for thread in threads:
             thread.start()
         restarts = {plan.turns // 3: workers[0], 2 * plan.turns // 3: workers[1]}
+        if not restart:
+            restarts = {}
         for turn in range(plan.turns):
             if turn in restarts:
                 _wait_turns(run, plan.sessions * turn)
@@ -236,6 +241,7 @@ def main(quick: bool) -> None:
     runs = [
         one_run(path, plan, folder / "handoff", 15.0, "handoff"),
         one_run(path, plan, folder / "no-handoff", 0.0, "no handoff"),
+        one_run(path, plan, folder / "no-restart", 15.0, "no restart", restart=False),
     ]
     print("| run        | TTFT p50 | TTFT p95 | hit    | moves       | failed | MB moved |")
     print("|---|---|---|---|---|---|---|")
