@@ -12,8 +12,10 @@ as it would have. Either way the route reason says so (``moved 52 MB from w1 in 
 re-prefill predicted 25.4 s``, ``move skipped: ...``, ``move failed: ...``).
 
 Moves of one prefix to one target run one at a time (a lock per pair): a second request of
-the conversation waits for the first's move, then finds the target holding it. Nothing else
-waits. Each move done teaches the target's rates (:meth:`DeploymentTracker.learn_move`).
+the conversation waits for the first's move, then finds the target holding it. Moves into
+one target queue behind each other (an engine takes one import at a time, and a move
+refused as busy would cost its request the whole re-prefill); nothing else waits. Each move
+done teaches the target's rates (:meth:`DeploymentTracker.learn_move`).
 
 :meth:`KvMoving.hand_off` moves a draining engine's held sequences, most recently used
 first, to its compatible peers (the gateway side of a worker's drain).
@@ -78,6 +80,7 @@ class KvMoving:
     def __init__(self, fleet: Fleet) -> None:
         self._fleet = fleet
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._importing: dict[str, asyncio.Lock] = {}  # per target: one import at a time
         self._moved: dict[tuple[str, str], float] = {}
         self._handing: dict[str, asyncio.Task[None]] = {}
         self._drains = Periodic(1.0, self.watch_drains)
@@ -157,9 +160,16 @@ class KvMoving:
         predicted = "" if again is None else f"; re-prefill predicted {again / 1000:.1f} s"
         started = time.perf_counter()
         limit = max(MOVE_TIMEOUT_FLOOR_S, 4 * estimate.move_ms / 1000)
+        importing = self._importing.setdefault(target, asyncio.Lock())
         try:
-            async with asyncio.timeout(limit):
-                n_bytes, tokens, import_s = await _pipe(source, sink, estimate.link)
+            async with asyncio.timeout(limit):  # the wait for the target's turn too
+                await importing.acquire()
+            try:
+                started = time.perf_counter()  # the move's own time, not its wait
+                async with asyncio.timeout(limit):
+                    n_bytes, tokens, import_s = await _pipe(source, sink, estimate.link)
+            finally:
+                importing.release()
         except (GatewayError, TimeoutError, OSError) as exc:
             seconds = time.perf_counter() - started
             why = _why(exc, limit)
@@ -225,6 +235,7 @@ class KvMoving:
         done: set[str] = set()
         busy: set[str] = set()
         given: dict[str, int] = {}
+        room: dict[str, int] = {}
         deadline = time.monotonic() + HANDOFF_DEADLINE_S
         while len(done) < HANDOFF_MAX and time.monotonic() < deadline:
             stats = source.stats()
@@ -236,7 +247,7 @@ class KvMoving:
                 busy.clear()
                 await asyncio.sleep(HANDOFF_RETRY_S)
                 continue
-            target = self._peer(peers, fingerprint, given)
+            target = self._peer(peers, fingerprint, given, room)
             if target is None:
                 return
             given[target] = given.get(target, 0) + 1
@@ -250,11 +261,17 @@ class KvMoving:
                 return  # gone, refused, out of time: what is left stays
 
     def _peer(
-        self, peers: Sequence[str], fingerprint: str | None, given: Mapping[str, int]
+        self,
+        peers: Sequence[str],
+        fingerprint: str | None,
+        given: Mapping[str, int],
+        room: dict[str, int],
     ) -> str | None:
-        """The compatible peer with the most free sequences (least loaded), of those given
-        fewer than half their sequences yet (an import takes a peer's emptiest idle
-        sequence: half its own caches stay)."""
+        """The compatible peer with the most free sequences (least loaded), of those with
+        room left: a peer takes as many sequences as it held nothing in when the handoff
+        began, and half of the others (an import takes a peer's emptiest idle sequence:
+        half its own caches stay). ``room`` keeps each peer's allowance, set when first
+        seen."""
         backends = self._fleet.backends
         best: tuple[int, str] | None = None
         for name in peers:
@@ -264,7 +281,11 @@ class KvMoving:
             stats = backend.stats()
             if stats.draining or fingerprint is None or stats.kv_fingerprint != fingerprint:
                 continue
-            if given.get(name, 0) >= max((stats.slots_total or 0) // 2, 1):
+            if name not in room:
+                total = stats.slots_total or 0
+                empty = max(total - len(stats.held_sequences), 0)
+                room[name] = max(empty + (total - empty) // 2, 1)
+            if given.get(name, 0) >= room[name]:
                 continue
             free = (stats.slots_total or 0) - max(stats.slots_busy or 0, stats.in_flight)
             if best is None or free > best[0]:

@@ -127,9 +127,10 @@ def _moves(gateway: Server) -> dict[str, Any]:
 
 def test_a_draining_home_hands_its_sessions_to_its_peer(tiny_model: Path, tmp_path: Path) -> None:
     """``w1`` holds three sessions and drains: the gateway moves the most recent (``x``) to
-    ``w2`` at once (the handoff; ``w2`` takes a third of its sequences), ``y``'s next turn is
-    moved with it, and ``z``'s next turn, after ``w1`` is gone, fails to move and is
-    prefilled again. Each answers as ``w1`` did before the drain."""
+    ``w2`` at once (the handoff; ``w2``, whose three sequences hold sessions of its own,
+    takes half of them, rounded down: one), ``y``'s next turn is moved with it, and ``z``'s
+    next turn, after ``w1`` is gone, fails to move and is prefilled again. Each answers as
+    ``w1`` did before the drain."""
     home_args = ("--handoff-s", "60", "--handoff-idle-s", "8")
     with fleet(tiny_model, tmp_path, 3, home_args) as (gateway, workers):
         (home, process), (peer, _) = workers["w1"], workers["w2"]
@@ -138,11 +139,14 @@ def test_a_draining_home_hands_its_sessions_to_its_peer(tiny_model: Path, tmp_pa
             first = session(name, 500)
             turns[name] = next_turn(first, direct(home, first), "and the tests?")
         controls = {name: direct(home, turns[name]) for name in ("z", "y", "x")}
+        for name in ("a", "b", "c"):  # w2's own sessions, one in each of its sequences
+            direct(peer, session(name, 40))
         assert eventually(lambda: _gateway_sees(gateway, "w1", 3))
+        assert eventually(lambda: _gateway_sees(gateway, "w2", 3))
 
         process.send_signal(signal.SIGTERM)
         # the handoff: the most recent session (x) is on w2 soon, and said so on /ui
-        assert eventually(lambda: len(_figures(peer)["held_sequences"]) == 1)
+        assert eventually(lambda: len(_moves(gateway)["recent"]) == 1)
         (handed,) = _moves(gateway)["recent"]
         assert (handed["source"], handed["target"], handed["cause"]) == ("w1", "w2", "drain")
         assert handed["outcome"] == "moved" and handed["bytes"] > 0
@@ -200,3 +204,28 @@ def test_a_short_conversation_is_not_moved_and_the_route_says_why(
     route = response.headers["x-shunter-route"]
     assert response.headers["x-shunter-deployment"] == "w2", route
     assert "; move skipped: re-prefill of " in route and " tokens is cheap" in route, route
+
+
+def test_a_peer_with_empty_sequences_takes_every_session_of_a_drain(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """``w2`` holds nothing: all three of ``w1``'s sessions move to it when ``w1`` drains,
+    and each next turn is served there from cache, with nothing more to move."""
+    home_args = ("--handoff-s", "60", "--handoff-idle-s", "2")
+    with fleet(tiny_model, tmp_path, 3, home_args) as (gateway, workers):
+        (home, process) = workers["w1"]
+        turns = {}
+        for name in ("p", "q", "r"):
+            first = session(name, 500)
+            turns[name] = next_turn(first, direct(home, first), "and the tests?")
+        assert eventually(lambda: _gateway_sees(gateway, "w1", 3))
+        process.send_signal(signal.SIGTERM)
+        assert eventually(lambda: process.poll() is not None, 60)
+        drained = [m for m in _moves(gateway)["recent"] if m["cause"] == "drain"]
+        assert [(m["target"], m["outcome"]) for m in drained] == [("w2", "moved")] * 3
+        for name, turn in turns.items():
+            response, found = via(gateway, turn)
+            route = response.headers["x-shunter-route"]
+            assert response.headers["x-shunter-deployment"] == "w2", (name, route)
+            assert "move" not in route, route
+            assert found["usage"]["prompt_tokens_details"]["cached_tokens"] > 1000
