@@ -1,6 +1,8 @@
 """A gateway moving conversations' KV caches between two real ``shunter worker`` processes
-(llama.cpp, the generated tiny GGUF): where a request goes to an engine that does not hold
-its prefix while a compatible one does, and when a worker drains.
+(llama.cpp, the generated GGUFs): where a request goes to an engine that does not hold
+its prefix while a compatible one does, and when a worker drains. Where a move must pay
+on its own merits, the engines serve the bench model (125M parameters): on the tiny one a
+re-prefill is about as fast as a move, and which wins depends on the machine.
 
 Sessions are started on worker ``w1`` directly (so that it is their home); the gateway
 routes their next turns with ``cached_prefix`` over ``w1`` and ``w2``.
@@ -18,11 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from gateway.models.demo import write_demo_model
 from tests.conftest import Server, free_port, start_server, stop_server
 from tests.waiting import eventually
 
 Messages = list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def bench_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_demo_model(tmp_path_factory.mktemp("models") / "bench.gguf", "bench")
 
 
 @contextmanager
@@ -125,14 +134,14 @@ def _moves(gateway: Server) -> dict[str, Any]:
     return data["kv_moves"]
 
 
-def test_a_draining_home_hands_its_sessions_to_its_peer(tiny_model: Path, tmp_path: Path) -> None:
+def test_a_draining_home_hands_its_sessions_to_its_peer(bench_model: Path, tmp_path: Path) -> None:
     """``w1`` holds three sessions and drains: the gateway moves the most recent (``x``) to
     ``w2`` at once (the handoff; ``w2``, whose three sequences hold sessions of its own,
     takes half of them, rounded down: one), ``y``'s next turn is moved with it, and ``z``'s
     next turn, after ``w1`` is gone, fails to move and is prefilled again. Each answers as
     ``w1`` did before the drain."""
     home_args = ("--handoff-s", "60", "--handoff-idle-s", "8")
-    with fleet(tiny_model, tmp_path, 3, home_args) as (gateway, workers):
+    with fleet(bench_model, tmp_path, 3, home_args) as (gateway, workers):
         (home, process), (peer, _) = workers["w1"], workers["w2"]
         turns = {}
         for name in ("z", "y", "x"):
@@ -172,7 +181,8 @@ def test_a_draining_home_hands_its_sessions_to_its_peer(tiny_model: Path, tmp_pa
         route = response.headers["x-shunter-route"]
         assert response.headers["x-shunter-deployment"] == "w2" and "move" not in route, route
         assert found["choices"][0]["message"] == controls["x"]["choices"][0]["message"]
-        assert found["usage"]["prompt_tokens_details"]["cached_tokens"] > 1000
+        cached = found["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached > found["usage"]["prompt_tokens"] // 2
 
         # z: w1 is gone; the move fails, the request is served anyway
         response, prefilled = via(gateway, turns["z"])
