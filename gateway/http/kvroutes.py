@@ -72,7 +72,8 @@ def _deployment(request: Request[Any, Any, Any]) -> tuple[Backend, int, float]:
     return backend, *bounds
 
 
-@get("/v1/worker/kv/{link:str}")
+# an operation name gives each move its access line, as every API request has one
+@get("/v1/worker/kv/{link:str}", opt={"operations": {"GET": "kv_export"}})
 async def export_kv(request: Request[Any, Any, Any], link: FromPath[str]) -> ASGIApp:
     """A sequence's KV state: a header line, then the state (see the module docstring)."""
     await _operator(request)
@@ -104,7 +105,12 @@ async def export_kv(request: Request[Any, Any, Any], link: FromPath[str]) -> ASG
     return send_state
 
 
-@put("/v1/worker/kv", request_max_body_size=None, status_code=200)
+@put(
+    "/v1/worker/kv",
+    request_max_body_size=None,
+    status_code=200,
+    opt={"operations": {"PUT": "kv_import"}},
+)
 async def import_kv(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     """Import a KV stream into a free sequence (see the module docstring)."""
     await _operator(request)

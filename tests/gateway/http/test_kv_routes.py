@@ -4,6 +4,7 @@ gateway has in front of them (the OpenAI-compatible backend with ``worker_stats`
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from backends.kv import KV_MEDIA_TYPE, KvHeader, encode_header
 from backends.openai import OpenAICompatBackend, OpenAICompatSettings
 from gateway.models.demo import write_demo_model
 from tests.conftest import free_port
+from tests.waiting import eventually
 
 KEY = "sk-master-kv-test"
 AUTH = {"authorization": f"Bearer {KEY}"}
@@ -63,10 +65,15 @@ def _fingerprint(base: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workers' models and logs (``NAME.log``)."""
+    return tmp_path_factory.mktemp("kv")
+
+
+@pytest.fixture(scope="module")
+def fleet(folder: Path) -> Iterator[dict[str, str]]:
     """Workers ``a`` and ``b`` alike (``b`` gives request bodies 1 s); ``flash_off``
     computes otherwise; ``other`` serves a model of other weights."""
-    folder = tmp_path_factory.mktemp("kv")
     tiny = write_demo_model(folder / "tiny.gguf", "tiny")
     other = write_demo_model(folder / "other.gguf", "tiny", seed=1)
     plan: dict[str, tuple[Path, tuple[str, ...]]] = {
@@ -237,3 +244,23 @@ def test_an_import_may_take_longer_than_a_json_body(fleet: dict[str, str]) -> No
         sock.sendall(state[100:])
         assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
     assert link in _figures(fleet["b"])["held_prefixes"]
+
+
+def test_every_move_and_refusal_writes_its_access_line(fleet: dict[str, str], folder: Path) -> None:
+    _chat(fleet["a"], [{"role": "user", "content": SYSTEM + " logged"}])
+    link = _deepest(fleet["a"])
+    assert _put(fleet["b"], _export(fleet["a"], link)).status_code == 200
+    assert httpx.get(f"{fleet['b']}/v1/worker/kv/x").status_code == 401
+
+    def lines(name: str) -> list[dict[str, Any]]:
+        text = (folder / f"{name}.log").read_text()
+        found = [json.loads(t) for t in text.splitlines() if t.startswith("{")]
+        return [r for r in found if r.get("event") == "request" and "/kv" in r.get("path", "")]
+
+    assert eventually(lambda: any(r["path"] == f"/v1/worker/kv/{link}" for r in lines("a")))
+    exported = [r for r in lines("a") if r["path"] == f"/v1/worker/kv/{link}"][-1]
+    assert (exported["method"], exported["status"]) == ("GET", 200)
+    assert eventually(lambda: any(r["method"] == "PUT" for r in lines("b")))
+    assert [r["status"] for r in lines("b") if r["method"] == "PUT"][-1] == 200
+    assert eventually(lambda: any(r["status"] == 401 for r in lines("b")))
+    assert all("Bearer" not in json.dumps(r) for r in lines("a") + lines("b"))
