@@ -2,7 +2,8 @@
 
 Adding a backend is one package, one member of :data:`DeploymentConfig` and one line in
 :data:`_BACKENDS`. No engine is imported until a deployment starts (vLLM waits for
-``start()``), so a kind that is not installed costs nothing until a config asks for it.
+``start()``), and no kind's backend module until a deployment of that kind is built, so a
+kind that is not used costs nothing.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from backends.anthropic import AnthropicBackend, AnthropicSettings
+from backends.anthropic.settings import AnthropicSettings
 from backends.base import Backend
-from backends.gemini import GeminiBackend, GeminiSettings
-from backends.llamacpp import LlamaCppSettings
-from backends.openai import OpenAICompatBackend, OpenAICompatSettings
-from backends.vllm import VLLMBackend, VLLMSettings
+from backends.gemini.settings import GeminiSettings
+from backends.llamacpp.settings import LlamaCppSettings
+from backends.openai.settings import OpenAICompatSettings
+from backends.vllm.settings import VLLMSettings
 
 DeploymentConfig = Annotated[
     LlamaCppSettings | OpenAICompatSettings | AnthropicSettings | GeminiSettings | VLLMSettings,
@@ -26,19 +27,47 @@ DeploymentConfig = Annotated[
 ]
 
 
+# Each kind's modules load with its first deployment, not with the config schema that
+# names every kind: a gateway in front of one kind of upstream holds no other's code.
+
+
 def _llamacpp(settings: LlamaCppSettings) -> Backend:
-    from backends.llamacpp.backend import LlamaCppBackend  # the engine's modules, when used
+    from backends.llamacpp.backend import LlamaCppBackend
 
     return LlamaCppBackend(settings)
+
+
+def _openai(settings: OpenAICompatSettings) -> Backend:
+    from backends.openai.backend import OpenAICompatBackend
+
+    return OpenAICompatBackend(settings)
+
+
+def _anthropic(settings: AnthropicSettings) -> Backend:
+    from backends.anthropic.backend import AnthropicBackend
+
+    return AnthropicBackend(settings)
+
+
+def _gemini(settings: GeminiSettings) -> Backend:
+    from backends.gemini.backend import GeminiBackend
+
+    return GeminiBackend(settings)
+
+
+def _vllm(settings: VLLMSettings) -> Backend:
+    from backends.vllm.backend import VLLMBackend
+
+    return VLLMBackend(settings)
 
 
 _BACKENDS: Mapping[str, Callable[[Any], Backend]] = MappingProxyType(
     {
         "llamacpp": _llamacpp,
-        "openai": OpenAICompatBackend,
-        "anthropic": AnthropicBackend,
-        "gemini": GeminiBackend,
-        "vllm": VLLMBackend,
+        "openai": _openai,
+        "anthropic": _anthropic,
+        "gemini": _gemini,
+        "vllm": _vllm,
     }
 )
 

@@ -14,9 +14,7 @@ import contextlib
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Generic, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from backends.base import Backend, LiveStats
 from backends.http.errors import map_transport_errors
@@ -27,6 +25,9 @@ from backends.http.sse import FrameBatches
 from backends.http.upstream import Upstream, make_upstream, probe
 from gateway.errors import GatewayError
 from gateway.protocol import ChatCompletionRequest, ChatMessage
+
+if TYPE_CHECKING:
+    import httpx
 
 S = TypeVar("S", bound=HTTPDeploymentSettings)
 PROBE_TEXT = "Reply with OK."

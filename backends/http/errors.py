@@ -3,7 +3,7 @@
 * :func:`error_for_status`: an upstream's error answer, by its HTTP status
   (:data:`_BY_STATUS`: the first row that lists the status builds the error);
 * :func:`error_for_transport` / :func:`map_transport_errors`: a failed connection, by the
-  class of the transport's exception (:data:`_BY_TRANSPORT`: the first row whose classes
+  class of the transport's exception (:func:`_by_transport`: the first row whose classes
   match, most specific first);
 * :func:`timeout_error`, :func:`protocol_error`, :func:`cut_error`, :func:`stalled_error`:
   what the gateway itself finds wrong with an upstream.
@@ -28,13 +28,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import httpx
 import structlog
 
 from backends.http import h1
@@ -321,28 +321,52 @@ def _first(*values: float | None) -> float | None:
 
 
 _Row = tuple[tuple[type[BaseException], ...], type[GatewayError], str]
-_BY_TRANSPORT: tuple[_Row, ...] = (
-    # the transport's exceptions, the error, what the client is told ({d}: the upstream,
-    # {k}: the exception's class)
-    ((httpx.PoolTimeout, h1.PoolTimeout), ServiceUnavailableError, "no free connection to {d}"),
-    ((httpx.TimeoutException, TimeoutError), UpstreamTimeoutError, "{d} timed out ({k})"),
-    ((httpx.ConnectError, h1.ConnectError), ServiceUnavailableError, "cannot connect to {d} ({k})"),
-)
-"""The error for each transport failure, most specific first; anything else (a reset, a
-connection closed early, an answer that is not HTTP) cut whatever was under way:
-:class:`~gateway.errors.StreamCutError`."""
+
+
+def _by_transport() -> tuple[_Row, ...]:
+    """The error for each transport failure, most specific first: the transport's
+    exceptions, the error, what the client is told ({d}: the upstream, {k}: the exception's
+    class). Anything else (a reset, a connection closed early, an answer that is not HTTP)
+    cut whatever was under way: :class:`~gateway.errors.StreamCutError`."""
+    httpx = _httpx()
+    pool, timeout, connect = (
+        ((), (), ())
+        if httpx is None
+        else ((httpx.PoolTimeout,), (httpx.TimeoutException,), (httpx.ConnectError,))
+    )
+    return (
+        ((*pool, h1.PoolTimeout), ServiceUnavailableError, "no free connection to {d}"),
+        ((*timeout, TimeoutError), UpstreamTimeoutError, "{d} timed out ({k})"),
+        ((*connect, h1.ConnectError), ServiceUnavailableError, "cannot connect to {d} ({k})"),
+    )
+
+
+def _httpx() -> Any:
+    # httpx is loaded only by what sends through it (a proxied upstream, a test's
+    # transport, the KV wire, the command-line tools), so its errors cannot occur before
+    # then; a serving process that needs none of them never pays its 1.5 MB
+    return sys.modules.get("httpx")
+
+
+def transport_failures() -> tuple[type[BaseException], ...]:
+    """What a transport raises when the connection fails: :mod:`backends.http.h1`'s
+    errors, a deadline's, and httpx's once it is loaded."""
+    httpx = _httpx()
+    return (
+        (h1.H1Error, TimeoutError) if httpx is None else (h1.H1Error, TimeoutError, httpx.HTTPError)
+    )
 
 
 def error_for_transport(
     deployment: str, exc: Exception, redactor: Redactor | None = None
 ) -> GatewayError:
     """Map a transport (httpx, :mod:`backends.http.h1`) or deadline failure onto the error
-    tree (:data:`_BY_TRANSPORT`). The client learns the kind of failure; the log also gets
+    tree (:func:`_by_transport`). The client learns the kind of failure; the log also gets
     its text (which names the upstream's address), secrets taken out."""
     kind = type(exc).__name__
     error: type[GatewayError] = StreamCutError
     message = "connection to {d} failed ({k})"
-    for classes, cls, told in _BY_TRANSPORT:
+    for classes, cls, told in _by_transport():
         if isinstance(exc, classes):
             error, message = cls, told
             break
@@ -354,10 +378,12 @@ def error_for_transport(
 
 @contextlib.contextmanager
 def map_transport_errors(deployment: str, redactor: Redactor | None = None) -> Iterator[None]:
-    """httpx failures and stray deadlines onto gateway.errors (see error_for_transport)."""
+    """Transport failures and stray deadlines onto gateway.errors (see error_for_transport)."""
     try:
         yield
-    except (httpx.HTTPError, h1.H1Error, TimeoutError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, transport_failures()):
+            raise
         raise error_for_transport(deployment, exc, redactor) from exc
 
 

@@ -14,10 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
-import httpx
-
-from backends.http import h1
-from backends.http.errors import timeout_error
+from backends.http.errors import timeout_error, transport_failures
 
 
 class FrameBatches:
@@ -147,7 +144,7 @@ async def drain(chunks: AsyncIterator[bytes], limit_s: float = 1.0) -> None:
     Failures and a slow tail are ignored: the answer is complete, and the response's
     close then drops the connection instead of pooling it.
     """
-    with contextlib.suppress(httpx.HTTPError, h1.H1Error, TimeoutError):
+    with contextlib.suppress(*transport_failures()):
         async with asyncio.timeout(limit_s):
             async for _ in chunks:
                 pass

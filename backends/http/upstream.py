@@ -5,9 +5,10 @@ Two implementations of :class:`Upstream`:
 
 * :class:`H1Upstream` (what deployments use): the pooled HTTP/1.1 client of
   :mod:`backends.http.h1`, about 25 times less CPU per request than httpx;
-* :class:`HttpxUpstream`: httpx, used when the environment names a proxy for the
-  upstream (see :func:`proxied`) and when a test hands the backend an ``httpx`` transport
-  (``httpx.MockTransport`` stands in for a managed API).
+* :class:`~backends.http.httpxupstream.HttpxUpstream`: httpx, used when the environment
+  names a proxy for the upstream (see :func:`proxied`) and when a test hands the backend
+  an ``httpx`` transport (``httpx.MockTransport`` stands in for a managed API); its module
+  (and httpx) load only then.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
-
-import httpx
 
 from backends.base import Timeouts
 from backends.http import h1
@@ -35,9 +34,12 @@ from backends.http.redact import Redactor
 from backends.http.settings import HTTPDeploymentSettings
 from backends.http.sse import FrameBatches
 
+if TYPE_CHECKING:
+    import httpx
+
 USER_AGENT = "shunter/0.1"
-_KEEPALIVE_S = 30.0
-_EVENT_STREAM = {"accept": "text/event-stream"}
+KEEPALIVE_S = 30.0
+EVENT_STREAM = {"accept": "text/event-stream"}
 
 REQUEST_CONTEXT: ContextVar[Mapping[str, str] | None] = ContextVar(
     "shunter_upstream_request_context", default=None
@@ -53,7 +55,7 @@ Headers = Mapping[str, str] | None
 """Per-request headers besides an upstream's fixed ones (a client's own, passed on)."""
 
 
-def _with_context(extra: Mapping[str, str] | None) -> Mapping[str, str] | None:
+def with_context(extra: Mapping[str, str] | None) -> Mapping[str, str] | None:
     """``extra`` plus the current request's context headers (either may be absent)."""
     context = REQUEST_CONTEXT.get()
     if context is None:
@@ -128,6 +130,9 @@ def make_upstream(
     the environment sends this upstream through a proxy (``HTTP_PROXY``, ``HTTPS_PROXY``,
     ``ALL_PROXY``; hosts in ``NO_PROXY`` go direct), which the fast client does not speak."""
     if transport is not None or proxied(settings.base_url):
+        # httpx (1.5 MB a process) is loaded only for these
+        from backends.http.httpxupstream import HttpxUpstream
+
         return HttpxUpstream(settings, headers, transport)
     return H1Upstream(settings, headers)
 
@@ -141,7 +146,7 @@ def proxied(url: str) -> bool:
     return not urllib.request.proxy_bypass(parts.hostname or "")
 
 
-def _headers(settings: HTTPDeploymentSettings, headers: Mapping[str, str]) -> dict[str, str]:
+def fixed_headers(settings: HTTPDeploymentSettings, headers: Mapping[str, str]) -> dict[str, str]:
     """What every request to the upstream carries; the deployment's own headers win."""
     defaults = {"user-agent": USER_AGENT, "content-type": "application/json"}
     return {**defaults, **headers, **settings.headers}
@@ -153,13 +158,13 @@ class H1Upstream:
     def __init__(self, settings: HTTPDeploymentSettings, headers: Mapping[str, str]) -> None:
         self._name = settings.name
         self._connect_s = settings.timeouts.connect_s
-        sent = _headers(settings, headers)
+        sent = fixed_headers(settings, headers)
         self.redactor = Redactor.for_upstream(settings.base_url, sent)
         self._pool = h1.H1Pool(
             settings.base_url,
             sent,
             max_connections=settings.max_connections,
-            keepalive_expiry=_KEEPALIVE_S,
+            keepalive_expiry=KEEPALIVE_S,
         )
 
     async def post(
@@ -179,7 +184,7 @@ class H1Upstream:
         try:
             async with asyncio.timeout(total_s):
                 response = await self._pool.request(
-                    method, path, body, headers=_with_context(headers), connect_timeout=connect_s
+                    method, path, body, headers=with_context(headers), connect_timeout=connect_s
                 )
                 content = await response.read()
         except h1.H1Error as exc:
@@ -198,14 +203,14 @@ class H1Upstream:
         self, path: str, body: bytes, timeouts: Timeouts, headers: Headers = None
     ) -> AsyncIterator[FrameBatches]:
         first_byte_s = first_byte_limit(timeouts)
-        deadline = _deadline(timeouts.total_s)
+        deadline = deadline_in(timeouts.total_s)
         connect_s = smallest(self._connect_s, first_byte_s)
         try:
             response = await self._pool.request(
                 "POST",
                 path,
                 body,
-                headers=_with_context({**_EVENT_STREAM, **(headers or {})}),
+                headers=with_context({**EVENT_STREAM, **(headers or {})}),
                 connect_timeout=connect_s,
                 head_timeout=first_byte_s,
                 read_timeout=first_byte_s,
@@ -246,115 +251,5 @@ class H1Upstream:
         await self._pool.aclose()
 
 
-class HttpxUpstream:
-    """:class:`Upstream` over one pooled ``httpx.AsyncClient``."""
-
-    def __init__(
-        self,
-        settings: HTTPDeploymentSettings,
-        headers: Mapping[str, str],
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._name = settings.name
-        limits = httpx.Limits(
-            max_connections=settings.max_connections,
-            max_keepalive_connections=settings.max_connections,
-            keepalive_expiry=_KEEPALIVE_S,
-        )
-        timeouts = settings.timeouts
-        sent = _headers(settings, headers)
-        self.redactor = Redactor.for_upstream(settings.base_url, sent)
-        self._client = httpx.AsyncClient(
-            base_url=settings.base_url,
-            headers=sent,
-            timeout=httpx.Timeout(
-                timeouts.total_s, connect=timeouts.connect_s, pool=timeouts.connect_s
-            ),
-            limits=limits,
-            transport=transport,
-            follow_redirects=False,
-        )
-        self._connect_s = timeouts.connect_s
-
-    async def post(
-        self, path: str, body: bytes, total_s: float | None, headers: Headers = None
-    ) -> bytes:
-        return await self._whole("POST", path, body, total_s, headers)
-
-    async def _whole(
-        self, method: str, path: str, body: bytes, total_s: float | None, headers: Headers = None
-    ) -> bytes:
-        try:
-            async with asyncio.timeout(total_s):
-                response = await self._client.request(
-                    method, path, content=body, headers=_with_context(headers)
-                )
-        except httpx.HTTPError as exc:
-            raise error_for_transport(self._name, exc, self.redactor) from exc
-        except TimeoutError:
-            raise timeout_error(self._name, f"no answer within {total_s}s") from None
-        if response.is_error:
-            raise error_for_status(
-                self._name, response.status_code, response.text, response.headers, self.redactor
-            )
-        return response.content
-
-    @asynccontextmanager
-    async def stream(
-        self, path: str, body: bytes, timeouts: Timeouts, headers: Headers = None
-    ) -> AsyncIterator[FrameBatches]:
-        first_byte_s = first_byte_limit(timeouts)
-        timeout = httpx.Timeout(first_byte_s, connect=self._connect_s, pool=self._connect_s)
-        request = self._client.build_request(
-            "POST",
-            path,
-            content=body,
-            headers=_with_context({**_EVENT_STREAM, **(headers or {})}),
-            timeout=timeout,
-        )
-        deadline = _deadline(timeouts.total_s)
-        first_deadline = _deadline(first_byte_s)
-        try:
-            async with asyncio.timeout_at(first_deadline):
-                response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise error_for_transport(self._name, exc, self.redactor) from exc
-        except TimeoutError:
-            raise stalled_error(self._name, f"no response within {first_byte_s}s") from None
-        try:
-            try:
-                async with asyncio.timeout_at(first_deadline):
-                    if response.is_error:
-                        await response.aread()
-                        raise error_for_status(
-                            self._name,
-                            response.status_code,
-                            response.text,
-                            response.headers,
-                            self.redactor,
-                        )
-                    chunks = response.aiter_bytes()
-                    first = await anext(chunks, b"")
-            except TimeoutError:
-                raise stalled_error(self._name, f"no first byte within {first_byte_s}s") from None
-            yield FrameBatches(first, chunks, self._name, deadline)
-        finally:
-            await response.aclose()
-
-    async def get_json(self, path: str, timeout_s: float) -> Any:
-        return load_json(await self._whole("GET", path, b"", timeout_s), self._name)
-
-    async def status_of(self, path: str, timeout_s: float) -> int | None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                response = await self._client.get(path)
-        except (httpx.HTTPError, TimeoutError):
-            return None
-        return response.status_code
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-def _deadline(seconds: float | None) -> float | None:
+def deadline_in(seconds: float | None) -> float | None:
     return None if seconds is None else asyncio.get_running_loop().time() + seconds

@@ -16,7 +16,6 @@ from backends.base import DeploymentSettings
 from backends.llamacpp.embed import Pooling
 from backends.llamacpp.tool_parsers import ParserName
 from gateway.common.durations import UNIT_SECONDS, split_duration
-from gateway.models.store import resolve_model_path
 from gateway.planner import (
     Device,
     MemoryPlan,
@@ -26,6 +25,14 @@ from gateway.planner import (
     shape_from_gguf,
     size_of_shape,
 )
+
+
+def resolve_model_path(model: str) -> Path:
+    """The GGUF that ``model`` names (see :func:`gateway.models.store.resolve_model_path`);
+    the model store loads with the first llama.cpp deployment that reads a file."""
+    from gateway.models.store import resolve_model_path as resolve
+
+    return resolve(model)
 
 
 def _seconds(value: Any) -> Any:

@@ -30,9 +30,8 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
 from backends.base import Capabilities, LiveStats
@@ -48,7 +47,6 @@ from backends.http.settings import read_api_key
 from backends.http.sse import block_of, data_events, data_frame, frame_start, frames_of, last_frame
 from backends.kv import KvHeader, KvImported
 from backends.openai.frames import RawChatStream, finishes, usage_only
-from backends.openai.kvwire import KvWire
 from backends.openai.settings import OpenAICompatSettings
 from gateway.common.periodic import Periodic
 from gateway.errors import GatewayError, UpstreamError
@@ -67,6 +65,11 @@ from gateway.protocol import (
     new_id,
     now,
 )
+
+if TYPE_CHECKING:
+    import httpx
+
+    from backends.openai.kvwire import KvWire
 
 __all__ = ["OpenAICompatBackend", "OpenAICompatSettings"]
 
@@ -126,6 +129,8 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
             return
         await super().start()
         if self._settings.worker_stats:
+            from backends.openai.kvwire import KvWire  # with httpx: for workers only
+
             login = self.login_headers(read_api_key(self._settings.api_key_env))
             self._kv = KvWire(self._settings, login, self._transport)
             await self._poll_worker()

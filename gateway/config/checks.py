@@ -23,11 +23,12 @@ from backends.registry import DeploymentConfig
 from gateway.config.loading import ConfigError, ConfigIssue, LoadedConfig, read_config
 from gateway.config.mcp import StdioServer
 from gateway.config.sizing import cascade_issues, size_notes
-from gateway.models.store import GGUF_MAGIC, ModelCache, UnknownModelError, model_cache_dir
 from gateway.planner import Device, discover_devices, shape_from_gguf
 
 if TYPE_CHECKING:
     import httpx
+
+    from gateway.models.store import ModelCache
 
 _DEMO_SIZES = ("tiny", "bench")
 
@@ -73,7 +74,7 @@ def check_machine(
     ``serving``: the gateway is about to start, so an engine that is not installed is a
     problem; for ``check-config`` it is a note (the settings were still checked)."""
     found = Findings()
-    cache = ModelCache(model_cache_dir())
+    cache = _model_cache(loaded)
     devices = {d.name for d in loaded.config.devices} | {d.name for d in discover()}
     for index, settings in enumerate(loaded.config.deployments):
         for key, problem in _deployment_problems(settings, cache, devices, serving=serving):
@@ -89,6 +90,16 @@ def check_machine(
     found.issues += cascade_issues(loaded)
     found.issues.sort(key=lambda issue: issue.line or 0)
     return found
+
+
+def _model_cache(loaded: LoadedConfig) -> ModelCache | None:
+    """The model cache, where a deployment reads a model file (``None``: none does, and
+    the store's modules stay unloaded)."""
+    if not any(isinstance(s, LlamaCppSettings) for s in loaded.config.deployments):
+        return None
+    from gateway.models.store import ModelCache, model_cache_dir
+
+    return ModelCache(model_cache_dir())
 
 
 def _mcp_notes(loaded: LoadedConfig) -> list[str]:
@@ -111,12 +122,13 @@ def _mcp_notes(loaded: LoadedConfig) -> list[str]:
 
 
 def _deployment_problems(
-    settings: DeploymentConfig, cache: ModelCache, devices: set[str], *, serving: bool
+    settings: DeploymentConfig, cache: ModelCache | None, devices: set[str], *, serving: bool
 ) -> list[tuple[str, str]]:
     """(field, problem) pairs for one deployment."""
     problems: list[tuple[str, str | None]] = []
     # serving: a model loaded on demand is checked when it loads (its file may come later)
-    if isinstance(settings, LlamaCppSettings) and (settings.preload or not serving):
+    served_soon = isinstance(settings, LlamaCppSettings) and (settings.preload or not serving)
+    if served_soon and cache is not None:
         problems.append(("model", model_file_problem(cache, settings.model)))
     key_env = settings.key_variable()
     if key_env and not os.environ.get(key_env):
@@ -131,6 +143,8 @@ def _deployment_problems(
 def model_file_problem(cache: ModelCache, model: str) -> str | None:
     """Why ``model`` cannot be loaded, or ``None``: it names no file, the file cannot be
     read, is not a GGUF, or lacks part of what its header lists (a cut-off download)."""
+    from gateway.models.store import GGUF_MAGIC, UnknownModelError
+
     if model.startswith("demo:"):
         size = model.removeprefix("demo:")
         return None if size in _DEMO_SIZES else f"unknown demo model {model!r}: use demo:tiny"
