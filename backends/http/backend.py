@@ -22,7 +22,7 @@ from backends.http.jsonbody import encode_json
 from backends.http.redact import Redactor
 from backends.http.settings import HTTPDeploymentSettings, read_api_key
 from backends.http.sse import FrameBatches
-from backends.http.upstream import Upstream, make_upstream, probe
+from backends.http.upstream import H1Upstream, Upstream, probe, proxied
 from gateway.errors import GatewayError
 from gateway.protocol import ChatCompletionRequest, ChatMessage
 
@@ -71,7 +71,7 @@ class HTTPBackend(Backend, Generic[S]):
         if self._upstream is not None:
             return
         headers = self.login_headers(read_api_key(self._settings.api_key_env))
-        self._upstream = make_upstream(self._settings, headers, self._transport)
+        self._upstream = _connect(self._settings, headers, self._transport)
 
     async def aclose(self) -> None:
         """Close the pool; streams still open are cut."""
@@ -153,3 +153,19 @@ class HTTPBackend(Backend, Generic[S]):
         if self._upstream is None:
             raise RuntimeError(f"backend {self.name} is not started")
         return self._upstream
+
+
+def _connect(
+    settings: HTTPDeploymentSettings,
+    headers: Mapping[str, str],
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Upstream:
+    """The pooled connection for one deployment. httpx when ``transport`` is given, or when
+    the environment sends this upstream through a proxy (``HTTP_PROXY``, ``HTTPS_PROXY``,
+    ``ALL_PROXY``; hosts in ``NO_PROXY`` go direct), which the fast client does not speak."""
+    if transport is not None or proxied(settings.base_url):
+        # httpx (1.5 MB a process) is loaded only for these
+        from backends.http.httpxupstream import HttpxUpstream
+
+        return HttpxUpstream(settings, headers, transport)
+    return H1Upstream(settings, headers)

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from backends.base import Timeouts
@@ -33,9 +33,6 @@ from backends.http.jsonbody import load_json
 from backends.http.redact import Redactor
 from backends.http.settings import HTTPDeploymentSettings
 from backends.http.sse import FrameBatches
-
-if TYPE_CHECKING:
-    import httpx
 
 USER_AGENT = "shunter/0.1"
 KEEPALIVE_S = 30.0
@@ -119,22 +116,6 @@ async def probe(upstream: Upstream, path: str, timeout_s: float) -> bool | None:
     if status < 400:
         return True
     return False if status in (401, 402, 403, 408, 429) or status >= 500 else None
-
-
-def make_upstream(
-    settings: HTTPDeploymentSettings,
-    headers: Mapping[str, str],
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> Upstream:
-    """The pooled connection for one deployment. httpx when ``transport`` is given, or when
-    the environment sends this upstream through a proxy (``HTTP_PROXY``, ``HTTPS_PROXY``,
-    ``ALL_PROXY``; hosts in ``NO_PROXY`` go direct), which the fast client does not speak."""
-    if transport is not None or proxied(settings.base_url):
-        # httpx (1.5 MB a process) is loaded only for these
-        from backends.http.httpxupstream import HttpxUpstream
-
-        return HttpxUpstream(settings, headers, transport)
-    return H1Upstream(settings, headers)
 
 
 def proxied(url: str) -> bool:
