@@ -11,7 +11,9 @@ A session is one conversation of one key. Its id comes from, first match wins:
    or the JSON string ``{"device_id": ..., "session_id": ...}`` of newer versions);
 3. the conversation itself: a digest of the model, the system prompt and the first user
    message, which every turn of a conversation resends, so a multi-turn conversation with
-   no id at all is still one session.
+   no id at all is still one session. A part over 32 K characters is read as its length,
+   its first and its last 16 K characters: an agent's turn that resends a long history
+   costs the same to name whatever its size.
 
 Ids are scoped per key: the same id sent with two keys names two sessions.
 
@@ -41,6 +43,9 @@ SESSION_HEADERS = (
     "x-claude-code-session-id",
 )
 LABEL_CHARS = 128  # what is kept of a client's id, for display
+_SAMPLED_CHARS = 16_384
+"""Characters read from each end of a long part of a derived session (see :func:`derived`);
+parts up to twice this are read whole, as JSON, and keep the ids of earlier versions."""
 _CLAUDE_SESSION = re.compile(r"_session_([0-9A-Za-z-]{8,64})$")
 
 
@@ -109,7 +114,10 @@ def derived(key_id: str, chat: ChatCompletionRequest) -> SessionId:
     system = [m for m in _leading(chat.messages, ("system", "developer"))]
     first_user = next((m for m in chat.messages if m.role == "user"), None)
     parts = [chat.model, *(_text(m) for m in system), _text(first_user) if first_user else ""]
-    digest = _digest(key_id, "derived", _json_list(parts))
+    if any(len(part) > 2 * _SAMPLED_CHARS for part in parts):
+        digest = _digest(key_id, "derived-sampled", _sampled(parts))
+    else:
+        digest = _digest(key_id, "derived", _json_list(parts))
     return SessionId(key_id, digest, f"~{digest[:12]}", "derived")
 
 
@@ -150,6 +158,19 @@ def _json_list(parts: list[str]) -> list[bytes]:
         return pieces
     except orjson.JSONEncodeError:  # a lone surrogate, which orjson refuses
         return [json.dumps(parts, ensure_ascii=False).encode("utf-8", "surrogatepass")]
+
+
+def _sampled(parts: list[str]) -> list[bytes]:
+    """Each part as its length, its first and its last :data:`_SAMPLED_CHARS` characters,
+    in UTF-8. Two conversations whose long parts agree in length, start and end are named
+    alike (one session: the same affinity and limits); a part is never walked whole."""
+    pieces = []
+    for part in parts:
+        size = len(part)
+        if size > 2 * _SAMPLED_CHARS:
+            part = part[:_SAMPLED_CHARS] + part[-_SAMPLED_CHARS:]
+        pieces += (f"{size}\0".encode(), part.encode("utf-8", "surrogatepass"), b"\0")
+    return pieces
 
 
 def _digest(key_id: str, kind: str, value: str | list[bytes]) -> str:

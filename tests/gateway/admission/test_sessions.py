@@ -104,3 +104,17 @@ def test_a_derived_id_is_sha256_over_the_json_of_model_system_and_first_message(
         value = json.dumps(parts, ensure_ascii=False)
         data = "\0".join(("key_a", "derived", value)).encode("utf-8", "surrogatepass")
         assert derived("key_a", request).id == hashlib.sha256(data).hexdigest()[:32]
+
+
+def test_a_long_part_is_named_by_its_length_and_ends() -> None:
+    # an agent's long first message: one session across its turns, told apart from
+    # another of the same size that starts or ends otherwise, and from a longer one
+    long = "x" * 100_000
+    first = derived("key_a", chat(SYSTEM, {"role": "user", "content": long}))
+    later = chat(SYSTEM, {"role": "user", "content": long}, {"role": "assistant", "content": "ok"})
+    assert derived("key_a", later) == first
+    for other in ("y" + long[1:], long[:-1] + "y", long + "x"):
+        assert derived("key_a", chat(SYSTEM, {"role": "user", "content": other})) != first
+    # a long system prompt is read the same way
+    long_system = {"role": "system", "content": long}
+    assert derived("key_a", chat(long_system, FIRST)) != derived("key_a", chat(SYSTEM, FIRST))
