@@ -164,7 +164,7 @@ def _sampled(parts: list[str]) -> list[bytes]:
     """Each part as its length, its first and its last :data:`_SAMPLED_CHARS` characters,
     in UTF-8. Two conversations whose long parts agree in length, start and end are named
     alike (one session: the same affinity and limits); a part is never walked whole."""
-    pieces = []
+    pieces: list[bytes] = []
     for part in parts:
         size = len(part)
         if size > 2 * _SAMPLED_CHARS:
