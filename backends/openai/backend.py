@@ -100,6 +100,7 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
         self._poller = Periodic(1.0, self._poll_worker)
         self._public_names: dict[str, bytes] = {}  # each as a JSON string, for the raw path
         self._kv: KvWire | None = None  # a worker's KV endpoints
+        self._budget_field = settings.output_budget_field()  # the settings are frozen
 
     @functools.cached_property
     def capabilities(self) -> Capabilities:
@@ -280,7 +281,7 @@ class OpenAICompatBackend(HTTPBackend[OpenAICompatSettings]):
         body = request.model_dump(exclude_none=True, by_alias=True)
         body["model"] = self._settings.model
         body["stream"] = stream
-        field = self._settings.output_budget_field()
+        field = self._budget_field
         if field is not None and isinstance(request, ChatCompletionRequest):
             _name_budget(body, field)
         if stream:

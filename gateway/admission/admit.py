@@ -31,7 +31,7 @@ its budget and token cap, held the same way: :mod:`~gateway.admission.session_li
 
 from __future__ import annotations
 
-import uuid
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -68,7 +68,7 @@ class AdmissionTicket:
     cost_usd: float = 0.0
     settled: bool = False
     attempts: list[str] = field(default_factory=list)
-    hold_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    hold_id: str = field(default_factory=lambda: secrets.token_hex(16))
     held_usd: float = 0.0
     session: SessionTicket | None = None
 

@@ -13,11 +13,11 @@ load balancers and probes keep working while its figures need the master key.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
 import structlog
-from litestar.datastructures import MutableScopeHeaders
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -48,7 +48,11 @@ def request_id_of(scope: Scope) -> str:
 async def add_request_id(message: Message, scope: Scope) -> None:
     """``before_send`` hook: runs for every response, unknown routes included."""
     if message["type"] == "http.response.start":
-        MutableScopeHeaders.from_message(message)["x-request-id"] = request_id_of(scope)
+        headers = message.get("headers") or []
+        named = [pair for pair in headers if pair[0].lower() == b"x-request-id"]
+        if named:  # one id: the response's own gives way to the request's
+            headers = [pair for pair in headers if pair not in named]
+        message["headers"] = [*headers, (b"x-request-id", request_id_of(scope).encode())]
 
 
 class RequestContextMiddleware:
@@ -194,6 +198,8 @@ def record_request(
     path (never the query string, which may carry a key), the key's id, the request id
     and what the request's layers noted."""
     telemetry.record(facts, status, duration, operation, traced)
+    if not log.is_enabled_for(logging.INFO):  # the access log is off: build no line
+        return
     log.info(
         "request",
         method=_clip(method),

@@ -130,6 +130,9 @@ class Telemetry:
         self.history = History()
         self.models: frozenset[str] = frozenset()
         self._series: dict[tuple[str, str, str], _Series] = {}
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        """Labelled children of the counters every request counts, looked up once: their
+        labels are the config's models and deployments, operations, steps and statuses."""
         self.tracer_provider: TracerProvider | None = None
         self.tracer: Tracer = NoOpTracer()
         self.tracing = False
@@ -188,7 +191,7 @@ class Telemetry:
         answered = facts.get("deployment")
         tried = traced.tried if traced is not None else None
         deployment = str(answered or tried or NO_DEPLOYMENT)
-        self.requests.labels(operation, model, deployment, str(status)).inc()
+        self._child(self.requests, (operation, model, deployment, str(status))).inc()
         self.history.add(facts, model, status, duration_s)
         stop = facts.get("session_stop")
         if stop in _STOP_REASONS:
@@ -200,12 +203,18 @@ class Telemetry:
         step = "-"
         if answered is not None:
             step = deciding_step(traced.decision if traced else None, answered)
-            self.decisions.labels(model, deployment, step).inc()
+            self._child(self.decisions, (model, deployment, step)).inc()
             self._observe(operation, model, deployment, facts, duration_s)
         if traced is not None:
             self.recent.add(
                 traced.request_id, operation, facts, deployment, step, status, duration_s
             )
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        child = self._children.get((metric, labels))
+        if child is None:
+            child = self._children[metric, labels] = metric.labels(*labels)
+        return child
 
     def _observe(
         self,

@@ -133,9 +133,15 @@ class DeploymentDescriber:
         """Keep ``gateway``'s tables; forget what was built from older ones (a reload
         replaces the config and the backend, breaker and tracker tables, never changing
         them in place)."""
-        tables = (gateway.config, gateway.backends, gateway.breakers, gateway.trackers)
         held = self._tables
-        if held is None or any(a is not b for a, b in zip(held, tables, strict=True)):
+        if (
+            held is None
+            or held[0] is not gateway.config
+            or held[1] is not gateway.backends
+            or held[2] is not gateway.breakers
+            or held[3] is not gateway.trackers
+        ):
+            tables = (gateway.config, gateway.backends, gateway.breakers, gateway.trackers)
             self._tables, self._held, self._rows_of, self._pools = tables, {}, {}, {}
 
     def _candidate(self, name: str) -> Candidate:

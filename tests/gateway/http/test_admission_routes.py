@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -185,8 +187,21 @@ def test_embeddings_are_charged_to_the_budget(gateway: Server, keys: Keys) -> No
         with pytest.raises(openai.RateLimitError) as caught:
             client.embeddings.create(model="emb", input="hi")
     assert caught.value.code == "insufficient_quota"
-    line = next(json.loads(x) for x in gateway.log().splitlines() if '"cost_usd"' in x)
-    assert line["path"] == "/v1/embeddings" and line["cost_usd"] > 0
+    assert _answered_line(gateway, "/v1/embeddings")["cost_usd"] > 0
+
+
+def _answered_line(gateway: Server, path: str) -> dict[str, Any]:
+    """The access line of the first answered request on ``path``: a line is written once
+    its response is done, so it may come after the client has read the answer (and sent
+    its next request)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [json.loads(x) for x in gateway.log().splitlines() if '"event": "request"' in x]
+        answered = [x for x in lines if x["path"] == path and x["status"] == 200]
+        if answered or time.monotonic() > deadline:
+            assert answered, gateway.log()[-3000:]
+            return answered[0]
+        time.sleep(0.05)
 
 
 def test_the_model_list_shows_what_the_key_may_use(gateway: Server, keys: Keys) -> None:
