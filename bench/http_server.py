@@ -108,13 +108,18 @@ def report(out: Path) -> None:
             print(f"{key[0]:<8}{key[1]:>4}  {name:<12}{got[0]:>10.2f}{got[1]:>10.2f}{ratio:>7.2f}x")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--duration", type=int, default=6, help="seconds per cell")
+def harness_arguments(parser: argparse.ArgumentParser, rounds: int, duration: int) -> None:
+    """The arguments of a bench that runs cells on the harness (see :func:`run_one`)."""
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--duration", type=int, default=duration, help="seconds per cell")
     parser.add_argument("--concs", default="1 32")
     parser.add_argument("--client-python", default="/tmp/bench-run/clientenv/bin/python")
     parser.add_argument("--out", type=Path, help="results folder (default: a new temp one)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    harness_arguments(parser, rounds=2, duration=6)
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="http-server-"))
     commands = servers(ROOT / ".venv" / "bin" / "python")

@@ -35,7 +35,7 @@ from backends.http.upstream import (
 
 
 class HttpxUpstream:
-    """:class:`Upstream` over one pooled ``httpx.AsyncClient``."""
+    """:class:`~backends.http.upstream.Upstream` over one pooled ``httpx.AsyncClient``."""
 
     def __init__(
         self,
