@@ -61,6 +61,12 @@ class ReliabilitySettings(BaseModel):
     probe_interval_s: float | None = Field(
         default=2.0, gt=0, description="health probes of open deployments; none: no probes"
     )
+    flap_window_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="a deployment that fails again within this many seconds of recovering is "
+        "flapping: its breaker opens at that first failure; 0: never",
+    )
 
 
 class LocalModelsSettings(BaseModel):

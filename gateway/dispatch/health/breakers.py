@@ -15,6 +15,10 @@ cooldown; one that fails
 starts the cooldown again, so while probes keep failing no client request is spent on a
 trial.
 
+A deployment that fails again within ``flap_window_s`` of recovering (closing after an
+opening) is flapping: that first failure opens its breaker again, so each down phase of a
+flapping upstream costs the fleet one failed request instead of a threshold's worth.
+
 ::
 
     closed --threshold failures--> open --cooldown over, or a probe succeeds--> half_open
@@ -74,6 +78,8 @@ class CircuitBreaker:
     cooldown_s: float = 5.0
     max_cooldown_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
+    flap_window_s: float = 0.0
+    """A failure within this many seconds of closing after an opening opens at once."""
     failures: int = 0
     openings: int = 0
     open_until: float = 0.0
@@ -170,9 +176,14 @@ class CircuitBreaker:
 
     def record_failure(self) -> None:
         self.failures += 1
-        self.last_failure_at = self.clock()
+        self.last_failure_at = now = self.clock()
         self._probing = False
         self.waiting_since = None
+        closed = self.closed_at
+        if closed is not None and self.openings == 0 and now - closed < self.flap_window_s:
+            # it failed again soon after it recovered: flapping, so its first failure
+            # opens it rather than a threshold's worth of client requests each time
+            self.failures = max(self.failures, self.failure_threshold)
         if self.failures >= self.failure_threshold:
             self._open()
 
@@ -210,7 +221,12 @@ class CircuitBreaker:
 
 def new_breaker(settings: ReliabilitySettings) -> CircuitBreaker:
     """A closed breaker with the configured threshold and cooldowns."""
-    return CircuitBreaker(settings.failure_threshold, settings.cooldown_s, settings.max_cooldown_s)
+    return CircuitBreaker(
+        settings.failure_threshold,
+        settings.cooldown_s,
+        settings.max_cooldown_s,
+        flap_window_s=settings.flap_window_s,
+    )
 
 
 def backoff_delay(attempt: int, retry_after: float | None, settings: ReliabilitySettings) -> float:

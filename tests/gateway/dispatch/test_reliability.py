@@ -157,6 +157,43 @@ def test_cooldown_doubles_up_to_its_cap_and_a_passed_probe_ends_it() -> None:
     assert breaker.state == "closed" and breaker.closed_at == clock.now
 
 
+def test_a_deployment_that_fails_soon_after_recovering_opens_at_its_first_failure() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(
+        failure_threshold=3, cooldown_s=5, max_cooldown_s=10, clock=clock, flap_window_s=60
+    )
+    for _ in range(3):  # the first outage: a threshold's worth of failures
+        breaker.record_failure()
+    assert breaker.state == "open"
+    clock.now += 5
+    assert breaker.allow()
+    breaker.record_success()  # recovered
+    clock.now += 30
+    breaker.record_failure()  # down again within the window: flapping
+    assert breaker.state == "open" and breaker.retry_in() == pytest.approx(5)
+    clock.now += 5
+    assert breaker.allow()
+    breaker.record_success()
+    clock.now += 61  # past the window: a failure is one of a threshold again
+    breaker.record_failure()
+    assert breaker.state == "closed"
+    breaker.record_success()  # a success that ends no opening starts no window
+    breaker.record_failure()
+    assert breaker.state == "closed"
+
+
+def test_the_flap_window_is_off_at_zero() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=2, cooldown_s=5, clock=clock, flap_window_s=0)
+    breaker.record_failure()
+    breaker.record_failure()
+    clock.now += 5
+    assert breaker.allow()
+    breaker.record_success()
+    breaker.record_failure()
+    assert breaker.state == "closed"
+
+
 def test_a_probe_does_not_touch_a_closed_breaker() -> None:
     breaker = CircuitBreaker(failure_threshold=3)
     breaker.record_failure()
