@@ -22,6 +22,7 @@ from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,
     InvalidRequestError,
+    RateLimitError,
     ServiceUnavailableError,
     StreamCutError,
     UpstreamTimeoutError,
@@ -71,7 +72,7 @@ async def attempt_once(
             tracked.finish(None)
             raise
         tracked.finish(None, failed=True)
-        await breaker.fail()
+        await breaker.fail(down=not isinstance(exc, RateLimitError))
         log.warning(
             "deployment_failed", deployment=backend.name, error=exc.message, breaker=breaker.state
         )

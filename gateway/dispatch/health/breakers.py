@@ -15,9 +15,10 @@ cooldown; one that fails
 starts the cooldown again, so while probes keep failing no client request is spent on a
 trial.
 
-A deployment that fails again within ``flap_window_s`` of recovering (closing after an
-opening) is flapping: that first failure opens its breaker again, so each down phase of a
-flapping upstream costs the fleet one failed request instead of a threshold's worth.
+A deployment that fails again (a rate limit aside) within ``flap_window_s`` of recovering
+(closing after an opening) is flapping: that first failure opens its breaker again, so
+each down phase of a flapping upstream costs the fleet one failed request instead of a
+threshold's worth.
 
 ::
 
@@ -174,26 +175,29 @@ class CircuitBreaker:
         """The request went away before an outcome: free a half-open trial."""
         self._probing = False
 
-    def record_failure(self) -> None:
+    def record_failure(self, *, down: bool = True) -> None:
+        """One failure; ``down``: not a rate limit (a deployment that answers 429 soon
+        after it recovered is busy, not flapping)."""
         self.failures += 1
         self.last_failure_at = now = self.clock()
         self._probing = False
         self.waiting_since = None
         closed = self.closed_at
-        if closed is not None and self.openings == 0 and now - closed < self.flap_window_s:
+        flapped = down and closed is not None and now - closed < self.flap_window_s
+        if flapped and self.openings == 0:
             # it failed again soon after it recovered: flapping, so its first failure
             # opens it rather than a threshold's worth of client requests each time
             self.failures = max(self.failures, self.failure_threshold)
         if self.failures >= self.failure_threshold:
             self._open()
 
-    async def fail(self) -> None:
+    async def fail(self, *, down: bool = True) -> None:
         """:meth:`record_failure`; with :attr:`peers`, the failure is counted in the run
         they share (other processes' failures in a row count here too), and an opening is
         told to them at once."""
         peers, openings = self.peers, self.openings
         counted = peers is not None and self.state == "closed"
-        self.record_failure()
+        self.record_failure(down=down)
         if peers is None:
             return
         if counted:

@@ -182,6 +182,20 @@ def test_a_deployment_that_fails_soon_after_recovering_opens_at_its_first_failur
     assert breaker.state == "closed"
 
 
+def test_a_rate_limit_soon_after_recovering_is_not_flapping() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(failure_threshold=3, cooldown_s=5, clock=clock, flap_window_s=60)
+    for _ in range(3):
+        breaker.record_failure()
+    clock.now += 5
+    assert breaker.allow()
+    breaker.record_success()
+    breaker.record_failure(down=False)  # a 429: busy, not down
+    assert breaker.state == "closed"
+    breaker.record_failure()  # then down, with one failure short of the threshold: flapping
+    assert breaker.state == "open"
+
+
 def test_the_flap_window_is_off_at_zero() -> None:
     clock = Clock()
     breaker = CircuitBreaker(failure_threshold=2, cooldown_s=5, clock=clock, flap_window_s=0)
