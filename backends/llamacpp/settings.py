@@ -27,12 +27,12 @@ from gateway.planner import (
 )
 
 
-def resolve_model_path(model: str) -> Path:
-    """The GGUF that ``model`` names (see :func:`gateway.models.store.resolve_model_path`);
-    the model store loads with the first llama.cpp deployment that reads a file."""
-    from gateway.models.store import resolve_model_path as resolve
+def _gguf_path(model: str) -> Path:
+    """:func:`gateway.models.store.resolve_model_path`, the store loaded with the first
+    llama.cpp deployment that reads a model file."""
+    from gateway.models.store import resolve_model_path
 
-    return resolve(model)
+    return resolve_model_path(model)
 
 
 def _seconds(value: Any) -> Any:
@@ -139,7 +139,7 @@ class LlamaCppSettings(DeploymentSettings):
         if device is None:
             return f"device {self.device!r} not found"
         try:
-            shape = shape_from_gguf(resolve_model_path(self.model))
+            shape = shape_from_gguf(_gguf_path(self.model))
         except (OSError, ValueError) as exc:
             return f"cannot read model: {exc}"
         embed = self.task == "embed"  # one sequence at a time, f16 KV (embed.py)
@@ -154,7 +154,7 @@ class LlamaCppSettings(DeploymentSettings):
 
     def file_size(self) -> ModelSize | None:
         """The parameters the GGUF's tensors hold (reads its header only)."""
-        return size_of_shape(shape_from_gguf(resolve_model_path(self.model)))
+        return size_of_shape(shape_from_gguf(_gguf_path(self.model)))
 
     def reports_held_prefixes(self) -> bool:
         return self.task == "generate" and self.prefix_cache
@@ -194,9 +194,10 @@ class LlamaCppSettings(DeploymentSettings):
 
 
 async def find_model(settings: LlamaCppSettings) -> Path:
-    """The deployment's GGUF (see :func:`resolve_model_path`); a missing one names it."""
+    """The deployment's GGUF (see :func:`gateway.models.store.resolve_model_path`); a
+    missing one names it."""
     try:
-        return await asyncio.to_thread(resolve_model_path, settings.model)
+        return await asyncio.to_thread(_gguf_path, settings.model)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"deployment {settings.name!r}: {exc}") from None
 

@@ -48,10 +48,8 @@ def request_id_of(scope: Scope) -> str:
 async def add_request_id(message: Message, scope: Scope) -> None:
     """``before_send`` hook: runs for every response, unknown routes included."""
     if message["type"] == "http.response.start":
-        headers = message.get("headers") or []
-        named = [pair for pair in headers if pair[0].lower() == b"x-request-id"]
-        if named:  # one id: the response's own gives way to the request's
-            headers = [pair for pair in headers if pair not in named]
+        # one id: a response's own gives way to the request's
+        headers = [h for h in message.get("headers") or () if h[0].lower() != b"x-request-id"]
         message["headers"] = [*headers, (b"x-request-id", request_id_of(scope).encode())]
 
 
